@@ -1,0 +1,176 @@
+//! The crate's error type: one `Copy` enum with stable numeric codes.
+//!
+//! Every code is part of the public contract (the C ABI returns the same
+//! numbers as `rdd_status`). Codes are grouped by origin, are never reused,
+//! and retired codes stay listed as comments.
+
+use core::fmt;
+
+/// Every error the data path and the queue constructors can return.
+///
+/// `#[non_exhaustive]` so later issues can add variants; the numeric codes
+/// of existing variants never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(u32)]
+pub enum Error {
+    // ---- 1000..1099: work-request validation (nothing is written) ----
+    /// More scatter/gather entries than the queue allows (`max_send_sge` /
+    /// `max_recv_sge`), or more than fit in one WQE.
+    TooManySges = 1001,
+    /// Inline payload larger than the QP's `max_inline_data`.
+    InlineTooLarge = 1002,
+    /// Inline data requested on an operation that cannot carry it (RDMA
+    /// READ, atomics).
+    InlineNotAllowed = 1003,
+    /// An atomic whose local SGE is not exactly one 8-byte entry.
+    AtomicSgeLength = 1004,
+    /// An atomic whose remote address is not 8-byte aligned.
+    AtomicUnaligned = 1005,
+    /// The sum of the SGE lengths does not fit in 32 bits (or exceeds the
+    /// 2 GiB RDMA message limit).
+    LengthOverflow = 1006,
+    /// An opcode value that is not a known work-request opcode (C ABI).
+    InvalidOpcode = 1007,
+    /// Unknown or contradictory flag bits (C ABI).
+    InvalidFlags = 1008,
+    /// A NULL pointer where data is required (C ABI: SGE array, inline
+    /// payload).
+    NullPointer = 1009,
+    /// Immediate data given on an opcode that has none (C ABI).
+    InvalidImmediate = 1010,
+
+    // ---- 1100..1199: queue state ----
+    /// The send queue has no room for this WQE (counted in 64-byte basic
+    /// blocks, not in work requests).
+    SqFull = 1101,
+    /// The receive queue has no free entry.
+    RqFull = 1102,
+    /// The QP's state does not allow this operation (e.g. a send before
+    /// RTS, a receive in RESET).
+    InvalidQpState = 1103,
+
+    // ---- 1200..1299: queue descriptors handed in by the caller ----
+    /// A ring size that is not a power of two, a stride other than the
+    /// provider's, a NULL or misaligned buffer, or a size out of range.
+    InvalidGeometry = 1201,
+    /// Caller-provided side-table storage is smaller than the ring.
+    StorageTooSmall = 1202,
+    /// A QP number wider than 24 bits.
+    InvalidQpn = 1203,
+
+    // ---- 1300..1399: completions (device-written memory is untrusted) ----
+    /// A compressed CQE (format 3). Compression is never requested by this
+    /// crate; seeing one means the CQ was created by someone else with
+    /// compression enabled. The CQ cannot be polled further.
+    CqeCompressed = 1301,
+    /// A CQE whose fields are inconsistent: unknown opcode, or a
+    /// `wqe_counter` that does not name an outstanding WQE. The entry is
+    /// consumed and reported; it is never used to index anything.
+    CqeCorrupt = 1302,
+}
+
+impl Error {
+    /// The stable numeric code (also the C `rdd_status` value).
+    #[inline]
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// Maps a numeric code back to the error, if it is one.
+    pub const fn from_code(code: u32) -> Option<Error> {
+        Some(match code {
+            1001 => Error::TooManySges,
+            1002 => Error::InlineTooLarge,
+            1003 => Error::InlineNotAllowed,
+            1004 => Error::AtomicSgeLength,
+            1005 => Error::AtomicUnaligned,
+            1006 => Error::LengthOverflow,
+            1007 => Error::InvalidOpcode,
+            1008 => Error::InvalidFlags,
+            1009 => Error::NullPointer,
+            1010 => Error::InvalidImmediate,
+            1101 => Error::SqFull,
+            1102 => Error::RqFull,
+            1103 => Error::InvalidQpState,
+            1201 => Error::InvalidGeometry,
+            1202 => Error::StorageTooSmall,
+            1203 => Error::InvalidQpn,
+            1301 => Error::CqeCompressed,
+            1302 => Error::CqeCorrupt,
+            _ => return None,
+        })
+    }
+
+    /// A short, static description.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Error::TooManySges => "more scatter/gather entries than the queue allows",
+            Error::InlineTooLarge => "inline payload exceeds the QP's max_inline_data",
+            Error::InlineNotAllowed => "inline data is not allowed on RDMA READ or atomics",
+            Error::AtomicSgeLength => "an atomic needs exactly one 8-byte local SGE",
+            Error::AtomicUnaligned => "an atomic's remote address must be 8-byte aligned",
+            Error::LengthOverflow => "total message length overflows (limit 2 GiB)",
+            Error::InvalidOpcode => "unknown work-request opcode",
+            Error::InvalidFlags => "unknown or contradictory work-request flags",
+            Error::NullPointer => "NULL pointer where data is required",
+            Error::InvalidImmediate => "immediate data given on an opcode without one",
+            Error::SqFull => "send queue full (no free basic blocks)",
+            Error::RqFull => "receive queue full",
+            Error::InvalidQpState => "the QP state does not allow this operation",
+            Error::InvalidGeometry => "invalid queue geometry (size, stride or alignment)",
+            Error::StorageTooSmall => "side-table storage smaller than the ring",
+            Error::InvalidQpn => "QP number wider than 24 bits",
+            Error::CqeCompressed => "compressed CQE: compression is not supported",
+            Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (rdma-direct error {})", self.message(), self.code())
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// Result alias used across the crate.
+pub type Result<T> = core::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_unique() {
+        let all = [
+            Error::TooManySges,
+            Error::InlineTooLarge,
+            Error::InlineNotAllowed,
+            Error::AtomicSgeLength,
+            Error::AtomicUnaligned,
+            Error::LengthOverflow,
+            Error::InvalidOpcode,
+            Error::InvalidFlags,
+            Error::NullPointer,
+            Error::InvalidImmediate,
+            Error::SqFull,
+            Error::RqFull,
+            Error::InvalidQpState,
+            Error::InvalidGeometry,
+            Error::StorageTooSmall,
+            Error::InvalidQpn,
+            Error::CqeCompressed,
+            Error::CqeCorrupt,
+        ];
+        for (i, e) in all.iter().enumerate() {
+            assert_eq!(Error::from_code(e.code()), Some(*e));
+            for f in &all[i + 1..] {
+                assert_ne!(e.code(), f.code());
+            }
+        }
+        assert_eq!(Error::from_code(0), None);
+        assert_eq!(Error::SqFull.code(), 1101);
+    }
+}

@@ -1,0 +1,51 @@
+//! # rdma-direct
+//!
+//! An allocation-free, `no_std` RDMA data path. It writes work-queue
+//! entries straight into a provider's send queue, rings the doorbell
+//! itself and polls the completion queue directly. mlx5 (ConnectX) first.
+//!
+//! Layers (see `docs/architecture.md`):
+//! - [`wr`]: typed work requests and their validation (typed errors,
+//!   never a panic);
+//! - [`provider::mlx5`]: hand-written `#[repr(C)]` layouts, the send and
+//!   receive queues (WQE formatting, doorbells, accounting) and the CQ
+//!   poller;
+//! - [`mmio`]: every volatile access and named barrier.
+//!
+//! Supported architectures: x86_64 and aarch64 (barriers are
+//! architecture-specific; other targets compile with compiler-only
+//! barriers and are not supported for hardware use).
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod error;
+pub mod mmio;
+pub mod provider;
+pub mod wr;
+
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testutil;
+
+pub use error::{Error, Result};
+
+/// Bare-metal builds (`target_os = "none"`, no `std`) produce a staticlib,
+/// which needs a panic handler. The data path never panics by design; if
+/// it somehow does, stop. Users linking the rlib into a firmware that has
+/// its own handler enable `external-panic-handler`.
+#[cfg(all(
+    target_os = "none",
+    not(feature = "std"),
+    not(feature = "external-panic-handler"),
+    not(test)
+))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    loop {
+        core::hint::spin_loop();
+    }
+}
+pub use wr::{Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};

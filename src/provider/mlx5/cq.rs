@@ -1,0 +1,582 @@
+//! mlx5 completion-queue polling (reference §A.8, §A.9).
+//!
+//! A CQE is device-written memory: the poller loads the ownership byte
+//! once (acquire), issues the from-device barrier, copies the entry once
+//! into a local, and only then decodes it. Every index derived from a CQE
+//! is masked and checked against outstanding work before it is used, so a
+//! corrupt entry is reported, never followed.
+
+use core::ptr::NonNull;
+
+use super::layout::{
+    cqe_format, cqe_opcode, opcode, Cqe64, Mlx5dvCq, CQ_ARM_DB, CQ_DOORBELL, CQ_SET_CI,
+};
+use super::rq::RecvQueue;
+use super::sq::{QpState, SendQueue};
+use crate::error::{Error, Result};
+use crate::mmio;
+
+/// Completion status, numbered as `enum ibv_wc_status`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcStatus(pub u32);
+
+#[allow(missing_docs)]
+impl WcStatus {
+    pub const SUCCESS: WcStatus = WcStatus(0);
+    pub const LOC_LEN_ERR: WcStatus = WcStatus(1);
+    pub const LOC_QP_OP_ERR: WcStatus = WcStatus(2);
+    pub const LOC_EEC_OP_ERR: WcStatus = WcStatus(3);
+    pub const LOC_PROT_ERR: WcStatus = WcStatus(4);
+    pub const WR_FLUSH_ERR: WcStatus = WcStatus(5);
+    pub const MW_BIND_ERR: WcStatus = WcStatus(6);
+    pub const BAD_RESP_ERR: WcStatus = WcStatus(7);
+    pub const LOC_ACCESS_ERR: WcStatus = WcStatus(8);
+    pub const REM_INV_REQ_ERR: WcStatus = WcStatus(9);
+    pub const REM_ACCESS_ERR: WcStatus = WcStatus(10);
+    pub const REM_OP_ERR: WcStatus = WcStatus(11);
+    pub const RETRY_EXC_ERR: WcStatus = WcStatus(12);
+    pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(13);
+    pub const LOC_RDD_VIOL_ERR: WcStatus = WcStatus(14);
+    pub const REM_INV_RD_REQ_ERR: WcStatus = WcStatus(15);
+    pub const REM_ABORT_ERR: WcStatus = WcStatus(16);
+    pub const INV_EECN_ERR: WcStatus = WcStatus(17);
+    pub const INV_EEC_STATE_ERR: WcStatus = WcStatus(18);
+    pub const FATAL_ERR: WcStatus = WcStatus(19);
+    pub const RESP_TIMEOUT_ERR: WcStatus = WcStatus(20);
+    pub const GENERAL_ERR: WcStatus = WcStatus(21);
+}
+
+impl WcStatus {
+    /// Maps an mlx5 error-CQE syndrome (reference §A.8 table).
+    #[inline]
+    pub const fn from_syndrome(s: u8) -> WcStatus {
+        match s {
+            0x01 => WcStatus::LOC_LEN_ERR,
+            0x02 => WcStatus::LOC_QP_OP_ERR,
+            0x04 => WcStatus::LOC_PROT_ERR,
+            0x05 => WcStatus::WR_FLUSH_ERR,
+            0x06 => WcStatus::MW_BIND_ERR,
+            0x10 => WcStatus::BAD_RESP_ERR,
+            0x11 => WcStatus::LOC_ACCESS_ERR,
+            0x12 => WcStatus::REM_INV_REQ_ERR,
+            0x13 => WcStatus::REM_ACCESS_ERR,
+            0x14 => WcStatus::REM_OP_ERR,
+            0x15 => WcStatus::RETRY_EXC_ERR,
+            0x16 => WcStatus::RNR_RETRY_EXC_ERR,
+            0x22 => WcStatus::REM_ABORT_ERR,
+            _ => WcStatus::GENERAL_ERR,
+        }
+    }
+    /// True for `SUCCESS`.
+    #[inline]
+    pub const fn is_ok(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// mlx5 error-CQE syndromes (reference §A.8).
+pub mod syndrome {
+    /// Local length error.
+    pub const LOCAL_LENGTH: u8 = 0x01;
+    /// Local QP operation error.
+    pub const LOCAL_QP_OP: u8 = 0x02;
+    /// Local protection error.
+    pub const LOCAL_PROT: u8 = 0x04;
+    /// WR flushed.
+    pub const WR_FLUSHED: u8 = 0x05;
+    /// Memory-window bind error.
+    pub const MW_BIND: u8 = 0x06;
+    /// Bad response.
+    pub const BAD_RESP: u8 = 0x10;
+    /// Local access error.
+    pub const LOCAL_ACCESS: u8 = 0x11;
+    /// Remote invalid request.
+    pub const REMOTE_INVAL_REQ: u8 = 0x12;
+    /// Remote access error.
+    pub const REMOTE_ACCESS: u8 = 0x13;
+    /// Remote operation error.
+    pub const REMOTE_OP: u8 = 0x14;
+    /// Transport retry counter exceeded.
+    pub const TRANSPORT_RETRY_EXC: u8 = 0x15;
+    /// RNR retry counter exceeded.
+    pub const RNR_RETRY_EXC: u8 = 0x16;
+    /// Remote aborted.
+    pub const REMOTE_ABORTED: u8 = 0x22;
+}
+
+/// Completion opcode, numbered as `enum ibv_wc_opcode`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcOpcode(pub u32);
+
+#[allow(missing_docs)]
+impl WcOpcode {
+    pub const SEND: WcOpcode = WcOpcode(0);
+    pub const RDMA_WRITE: WcOpcode = WcOpcode(1);
+    pub const RDMA_READ: WcOpcode = WcOpcode(2);
+    pub const COMP_SWAP: WcOpcode = WcOpcode(3);
+    pub const FETCH_ADD: WcOpcode = WcOpcode(4);
+    pub const RECV: WcOpcode = WcOpcode(128);
+    pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(129);
+}
+
+/// `wc_flags` bits, as `IBV_WC_*`.
+pub mod wc_flags {
+    /// A GRH is present.
+    pub const GRH: u32 = 0x01;
+    /// `imm_data` is valid.
+    pub const WITH_IMM: u32 = 0x02;
+    /// `imm_data` holds an invalidated rkey.
+    pub const WITH_INV: u32 = 0x08;
+}
+
+/// A work completion. Field meanings follow `struct ibv_wc`; `imm_data`
+/// is in host order; `syndrome`/`vendor_err` carry the raw mlx5 values of
+/// an error CQE.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wc {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode.
+    pub opcode: WcOpcode,
+    /// Raw vendor syndrome of an error CQE.
+    pub vendor_err: u32,
+    /// Bytes received (or read; 8 for atomics).
+    pub byte_len: u32,
+    /// Immediate data (host order) or the invalidated rkey.
+    pub imm_data: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Remote QP number (UD) as reported.
+    pub src_qp: u32,
+    /// `wc_flags` bits.
+    pub wc_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+    /// Raw mlx5 syndrome of an error CQE (0 on success).
+    pub syndrome: u8,
+    /// Reserved.
+    pub reserved: u8,
+}
+
+static_assertions::assert_eq_size!(Wc, [u8; 48]);
+
+/// The send and receive queue of one QP, as the poller sees them.
+pub struct QpQueues<'q> {
+    /// Send queue.
+    pub sq: &'q mut SendQueue,
+    /// Receive queue.
+    pub rq: &'q mut RecvQueue,
+}
+
+/// Finds the queues a CQE belongs to, by QP number.
+pub trait CqRoute {
+    /// The queues of QP `qpn`, if this route owns it.
+    fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>>;
+}
+
+/// One QP's queues: the route for a CQ that serves a single QP.
+pub struct Mlx5Qp {
+    /// Send queue.
+    pub sq: SendQueue,
+    /// Receive queue.
+    pub rq: RecvQueue,
+}
+
+impl CqRoute for Mlx5Qp {
+    #[inline(always)]
+    fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
+        if qpn == self.sq.qpn() {
+            Some(QpQueues {
+                sq: &mut self.sq,
+                rq: &mut self.rq,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+impl CqRoute for [Mlx5Qp] {
+    #[inline]
+    fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
+        self.iter_mut()
+            .find(|q| q.sq.qpn() == qpn)
+            .map(|q| QpQueues {
+                sq: &mut q.sq,
+                rq: &mut q.rq,
+            })
+    }
+}
+
+/// An mlx5 completion queue over caller-provided memory.
+pub struct CompletionQueue {
+    buf: NonNull<u8>,
+    mask: u32,
+    log_cnt: u32,
+    /// log2 of the CQE size (6 or 7).
+    size_shift: u32,
+    ci: u32,
+    dbrec: NonNull<u32>,
+    uar: Option<NonNull<u8>>,
+    cqn: u32,
+    arm_sn: u32,
+    stale: u64,
+}
+
+// SAFETY: exclusive ownership of the CQ consumer side (constructor).
+unsafe impl Send for CompletionQueue {}
+
+/// Outcome of decoding one owned CQE.
+enum Step {
+    /// Produce this completion.
+    Out(Wc),
+    /// Consumed internally (forced-signal CQE, stale QPN).
+    Skip,
+}
+
+/// Copies up to `len` bytes from `src` into the buffers `for_each` yields.
+fn scatter(src: &[u8], len: u32, for_each: impl FnOnce(&mut dyn FnMut(u64, u32) -> bool)) {
+    let mut rest = core::cmp::min(len as usize, src.len());
+    let mut off = 0usize;
+    for_each(&mut |addr, seg_len| {
+        if rest == 0 {
+            return false;
+        }
+        let n = core::cmp::min(rest, seg_len as usize);
+        // SAFETY: the destination is a buffer the application posted (the
+        // posting contract makes it device-writable until completion); the
+        // source is our local copy of the CQE.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr().add(off), addr as usize as *mut u8, n)
+        };
+        off += n;
+        rest -= n;
+        rest != 0
+    });
+}
+
+impl CompletionQueue {
+    /// Wraps a CQ described by `mlx5dv_init_obj` fields.
+    ///
+    /// # Safety
+    /// `cq.buf` points to `cqe_cnt * cqe_size` bytes written by the device
+    /// and read only by this poller; `cq.dbrec` to the two CQ doorbell
+    /// words, written only by this poller; `cq.cq_uar`, if not NULL, to
+    /// the UAR page whose arm register is at `+0x20`. All for the life of
+    /// the queue.
+    pub unsafe fn from_raw(cq: &Mlx5dvCq) -> Result<CompletionQueue> {
+        let cnt = cq.cqe_cnt;
+        if cnt < 2
+            || !cnt.is_power_of_two()
+            || (cq.cqe_size != 64 && cq.cqe_size != 128)
+            || cnt > 1 << 24
+        {
+            return Err(Error::InvalidGeometry);
+        }
+        let buf = NonNull::new(cq.buf).ok_or(Error::InvalidGeometry)?;
+        let dbrec = NonNull::new(cq.dbrec).ok_or(Error::InvalidGeometry)?;
+        if buf.as_ptr() as usize % 64 != 0 || dbrec.as_ptr() as usize % 4 != 0 {
+            return Err(Error::InvalidGeometry);
+        }
+        let uar = NonNull::new(cq.cq_uar);
+        if let Some(u) = uar {
+            if u.as_ptr() as usize % 8 != 0 {
+                return Err(Error::InvalidGeometry);
+            }
+        }
+        Ok(CompletionQueue {
+            buf,
+            mask: cnt - 1,
+            log_cnt: cnt.trailing_zeros(),
+            size_shift: cq.cqe_size.trailing_zeros(),
+            ci: 0,
+            dbrec,
+            uar,
+            cqn: cq.cqn,
+            arm_sn: 0,
+            stale: 0,
+        })
+    }
+
+    /// Marks every entry of a CQ buffer as hardware-owned and invalid
+    /// (`op_own = 0xf0`), as libmlx5 does at creation (§A.8).
+    ///
+    /// # Safety
+    /// `buf` valid for `cnt * size` bytes, no concurrent users.
+    pub unsafe fn init_buffer(buf: *mut u8, cnt: u32, size: u32) {
+        for i in 0..cnt as usize {
+            // SAFETY: inside the buffer per the contract.
+            unsafe { mmio::store_op_own(buf.add(i * size as usize + size as usize - 1), 0xf0) };
+        }
+    }
+
+    /// Free-running consumer index.
+    #[inline]
+    pub fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+    /// Sets the consumer index (after a reset, or to adopt a CQ in use).
+    pub fn set_consumer_index(&mut self, ci: u32) {
+        self.ci = ci;
+    }
+    /// Number of entries.
+    #[inline]
+    pub fn cqe_cnt(&self) -> u32 {
+        self.mask + 1
+    }
+    /// CQEs skipped because they named a QP the route did not own (stale
+    /// entries of destroyed QPs, reference §A.1).
+    pub fn stale_cqes(&self) -> u64 {
+        self.stale
+    }
+
+    /// Polls up to `out.len()` completions into `out`; returns how many.
+    /// The consumer-index doorbell record is written once per call.
+    ///
+    /// A corrupt CQE is consumed and reported as [`Error::CqeCorrupt`] when
+    /// it is the first entry of a call; after good entries it is left for
+    /// the next call, so no completion is lost. A compressed CQE is never
+    /// consumed: [`Error::CqeCompressed`].
+    #[inline(always)]
+    pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        let mut n = 0usize;
+        let mut ci = self.ci;
+        let mut result = Ok(());
+        while n < out.len() {
+            let slot = ((ci & self.mask) as usize) << self.size_shift;
+            // SAFETY: slot < cqe_cnt * cqe_size; the 64-byte CQE is the last
+            // 64 bytes of the slot.
+            let cqe_ptr = unsafe {
+                self.buf
+                    .as_ptr()
+                    .add(slot + (1usize << self.size_shift) - 64)
+            };
+            // SAFETY: byte 63 of the CQE, inside the buffer.
+            let op_own = unsafe { mmio::load_op_own(cqe_ptr.add(63)) };
+            let sw_owner = (ci >> self.log_cnt) & 1;
+            if op_own >> 4 == cqe_opcode::INVALID || (op_own & 1) as u32 != sw_owner {
+                break;
+            }
+            mmio::from_device_barrier();
+            // SAFETY: the entry belongs to software now (owner bit); read it
+            // once into a local copy. Cqe64 is 8-aligned; the slot is
+            // 64-aligned.
+            let cqe = unsafe { cqe_ptr.cast::<Cqe64>().read() };
+            match self.decode(route, &cqe, op_own, cqe_ptr) {
+                Ok(Step::Out(wc)) => {
+                    out[n] = wc;
+                    n += 1;
+                    ci = ci.wrapping_add(1);
+                }
+                Ok(Step::Skip) => ci = ci.wrapping_add(1),
+                Err(e) => {
+                    if n == 0 {
+                        if e != Error::CqeCompressed {
+                            ci = ci.wrapping_add(1);
+                        }
+                        result = Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        self.ci = ci;
+        // SAFETY: constructor contract on the CQ doorbell record.
+        unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
+        result.map(|()| n)
+    }
+
+    #[inline(always)]
+    fn decode<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        c: &Cqe64,
+        op_own: u8,
+        cqe_ptr: *const u8,
+    ) -> Result<Step> {
+        let op = op_own >> 4;
+        let format = (op_own >> 2) & 3;
+        if format == cqe_format::COMPRESSED {
+            return Err(Error::CqeCompressed);
+        }
+        let sdq = c.sop_drop_qpn.get();
+        let qpn = sdq & 0x00ff_ffff;
+        let counter = c.wqe_counter.get();
+        let Some(q) = route.route(qpn) else {
+            self.stale += 1;
+            return Ok(Step::Skip);
+        };
+        let mut wc = Wc {
+            qp_num: qpn,
+            ..Wc::default()
+        };
+        match op {
+            cqe_opcode::REQ => {
+                let r = q.sq.retire(counter).ok_or(Error::CqeCorrupt)?;
+                if !r.user_signaled {
+                    return Ok(Step::Skip);
+                }
+                wc.wr_id = r.wr_id;
+                let (opc, flags) = match r.opcode {
+                    opcode::SEND | opcode::SEND_INVAL => (WcOpcode::SEND, 0),
+                    opcode::SEND_IMM => (WcOpcode::SEND, wc_flags::WITH_IMM),
+                    opcode::RDMA_WRITE => (WcOpcode::RDMA_WRITE, 0),
+                    opcode::RDMA_WRITE_IMM => (WcOpcode::RDMA_WRITE, wc_flags::WITH_IMM),
+                    opcode::RDMA_READ => (WcOpcode::RDMA_READ, 0),
+                    opcode::ATOMIC_CS => (WcOpcode::COMP_SWAP, 0),
+                    opcode::ATOMIC_FA => (WcOpcode::FETCH_ADD, 0),
+                    // A NOP completion: reported as a SEND-class completion.
+                    _ => (WcOpcode::SEND, 0),
+                };
+                wc.opcode = opc;
+                wc.wc_flags = flags;
+                wc.byte_len = match r.opcode {
+                    opcode::RDMA_READ => c.byte_cnt.get(),
+                    opcode::ATOMIC_CS | opcode::ATOMIC_FA => 8,
+                    _ => 0,
+                };
+                if format != cqe_format::NORMAL {
+                    self.scatter_from_cqe(format, cqe_ptr, wc.byte_len, |f| {
+                        q.sq.for_each_data_seg(r.start, f)
+                    });
+                }
+            }
+            cqe_opcode::RESP_WR_IMM
+            | cqe_opcode::RESP_SEND
+            | cqe_opcode::RESP_SEND_IMM
+            | cqe_opcode::RESP_SEND_INV => {
+                let (id, slot) = q.rq.complete(counter).ok_or(Error::CqeCorrupt)?;
+                wc.wr_id = id;
+                wc.byte_len = c.byte_cnt.get();
+                let iip = c.imm_inval_pkey.get();
+                match op {
+                    cqe_opcode::RESP_WR_IMM => {
+                        wc.opcode = WcOpcode::RECV_RDMA_WITH_IMM;
+                        wc.wc_flags = wc_flags::WITH_IMM;
+                        wc.imm_data = iip;
+                    }
+                    cqe_opcode::RESP_SEND => wc.opcode = WcOpcode::RECV,
+                    cqe_opcode::RESP_SEND_IMM => {
+                        wc.opcode = WcOpcode::RECV;
+                        wc.wc_flags = wc_flags::WITH_IMM;
+                        wc.imm_data = iip;
+                    }
+                    _ => {
+                        wc.opcode = WcOpcode::RECV;
+                        wc.wc_flags = wc_flags::WITH_INV;
+                        wc.imm_data = iip;
+                    }
+                }
+                let fr = c.flags_rqpn.get();
+                wc.src_qp = fr & 0x00ff_ffff;
+                wc.sl = ((fr >> 24) & 0xf) as u8;
+                if (fr >> 28) & 3 != 0 {
+                    wc.wc_flags |= wc_flags::GRH;
+                }
+                wc.slid = c.slid.get();
+                wc.dlid_path_bits = c.ml_path & 0x7f;
+                wc.pkey_index = (iip & 0xffff) as u16;
+                if format != cqe_format::NORMAL {
+                    let rq = &*q.rq;
+                    self.scatter_from_cqe(format, cqe_ptr, wc.byte_len, |f| {
+                        rq.for_each_sge(slot, f)
+                    });
+                }
+            }
+            cqe_opcode::REQ_ERR | cqe_opcode::RESP_ERR => {
+                // SAFETY: ErrCqe is the same 64 bytes; the syndrome bytes
+                // are at fixed offsets of our local copy.
+                let raw: &[u8; 64] = unsafe { &*(c as *const Cqe64 as *const [u8; 64]) };
+                let vendor = raw[54];
+                let synd = raw[55];
+                wc.status = WcStatus::from_syndrome(synd);
+                wc.vendor_err = vendor as u32;
+                wc.syndrome = synd;
+                if op == cqe_opcode::REQ_ERR {
+                    let r = q.sq.retire(counter).ok_or(Error::CqeCorrupt)?;
+                    wc.wr_id = r.wr_id;
+                    wc.opcode = match r.opcode {
+                        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
+                        opcode::RDMA_READ => WcOpcode::RDMA_READ,
+                        opcode::ATOMIC_CS => WcOpcode::COMP_SWAP,
+                        opcode::ATOMIC_FA => WcOpcode::FETCH_ADD,
+                        _ => WcOpcode::SEND,
+                    };
+                } else {
+                    let (id, _) = q.rq.complete(counter).ok_or(Error::CqeCorrupt)?;
+                    wc.wr_id = id;
+                    wc.opcode = WcOpcode::RECV;
+                }
+                // The hardware has moved the QP to the error state; later
+                // WQEs will complete with flush errors.
+                q.sq.set_state(QpState::Error);
+                q.rq.set_state(QpState::Error);
+            }
+            _ => return Err(Error::CqeCorrupt),
+        }
+        Ok(Step::Out(wc))
+    }
+
+    /// Scatter-to-CQE (§A.8): format 1 holds up to 32 bytes at the start
+    /// of the 64-byte CQE; format 2 up to 64 bytes in the 64 bytes before
+    /// it (128-byte CQEs only).
+    #[cold]
+    fn scatter_from_cqe(
+        &self,
+        format: u8,
+        cqe_ptr: *const u8,
+        byte_len: u32,
+        segs: impl FnOnce(&mut dyn FnMut(u64, u32) -> bool),
+    ) {
+        let mut data = [0u8; 64];
+        let (src, n) = if format == cqe_format::SCATTER_32 {
+            (cqe_ptr, 32)
+        } else if self.size_shift == 7 {
+            // SAFETY: a 128-byte slot: the first half precedes the CQE64.
+            (unsafe { cqe_ptr.sub(64) }, 64)
+        } else {
+            return;
+        };
+        // SAFETY: `n` bytes at `src` are inside the software-owned slot.
+        unsafe { core::ptr::copy_nonoverlapping(src, data.as_mut_ptr(), n) };
+        scatter(&data[..n], byte_len, segs);
+    }
+
+    /// Requests an event for the next completion (or the next solicited
+    /// one): arm word into the doorbell record, then a 64-bit store to the
+    /// UAR's CQ doorbell (§A.8). Fails if the CQ has no UAR.
+    pub fn arm(&mut self, solicited_only: bool) -> Result<()> {
+        let uar = self.uar.ok_or(Error::InvalidGeometry)?;
+        let sn = self.arm_sn & 3;
+        let cmd = if solicited_only { 1u32 << 24 } else { 0 };
+        let word = sn << 28 | cmd | (self.ci & 0x00ff_ffff);
+        // SAFETY: constructor contract on the doorbell record and UAR.
+        unsafe {
+            mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_ARM_DB), word);
+            mmio::wc_start();
+            mmio::mmio_write64(
+                uar.as_ptr().add(CQ_DOORBELL),
+                (((word as u64) << 32) | self.cqn as u64).to_be(),
+            );
+            mmio::wc_flush();
+        }
+        Ok(())
+    }
+
+    /// Records that a CQ event was consumed (advances the arm sequence
+    /// number, as `mlx5_cq_event`).
+    pub fn event_consumed(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+}

@@ -1,0 +1,12 @@
+//! mlx5 (ConnectX-4 and later) direct data path: layouts, send and receive
+//! queues, completion polling. Reference: `dataplane-reference.md` part A.
+
+pub mod cq;
+pub mod layout;
+pub mod rq;
+pub mod sq;
+
+pub use cq::{CompletionQueue, CqRoute, Mlx5Qp, QpQueues, Wc, WcOpcode, WcStatus};
+pub use layout::{Mlx5dvCq, Mlx5dvQp};
+pub use rq::RecvQueue;
+pub use sq::{BfPolicy, QpState, Retired, SendQueue, SqConfig, WrSlot};

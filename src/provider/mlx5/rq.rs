@@ -1,0 +1,241 @@
+//! The mlx5 receive queue (reference §A.6): an array of data segments per
+//! entry, an invalid-lkey terminator when fewer entries than the stride
+//! holds are used, and a doorbell record but no MMIO doorbell.
+
+use core::ptr::NonNull;
+
+use super::layout::{Be32, Be64, DataSeg, Mlx5dvQp, INVALID_LKEY, RCV_DBR};
+use crate::error::{Error, Result};
+use crate::mmio;
+use crate::wr::{QpCaps, RecvWr};
+
+use super::sq::QpState;
+
+/// An mlx5 (non-SRQ) receive queue over caller-provided memory.
+pub struct RecvQueue {
+    buf: NonNull<u8>,
+    mask: u32,
+    wqe_cnt: u32,
+    /// log2 of the stride in bytes.
+    stride_shift: u32,
+    /// Free-running count of posted receives.
+    head: u32,
+    /// Free-running count of completed receives.
+    tail: u32,
+    /// `head` at the last doorbell-record update.
+    rung: u32,
+    dbrec: NonNull<u32>,
+    max_sge: u32,
+    state: QpState,
+    wrid: NonNull<u64>,
+}
+
+// SAFETY: exclusive ownership of ring, side table and RQ dbrec word.
+unsafe impl Send for RecvQueue {}
+
+impl RecvQueue {
+    /// Wraps the receive queue of `mlx5dv_init_obj` fields.
+    ///
+    /// # Safety
+    /// - `qp.rq_buf` points to `rq_wqe_cnt * rq_stride` bytes only this
+    ///   queue writes; `qp.dbrec[0]` is written only by this queue.
+    /// - `wrid` points to `rq_wqe_cnt` slots owned by this queue.
+    /// - Posted SGEs name memory the device may write until completion.
+    pub unsafe fn from_raw(
+        qp: &Mlx5dvQp,
+        caps: &QpCaps,
+        wrid: NonNull<u64>,
+        wrid_len: usize,
+    ) -> Result<RecvQueue> {
+        let cnt = qp.rq_wqe_cnt;
+        let stride = qp.rq_stride;
+        if cnt == 0 || !cnt.is_power_of_two() || stride < 16 || !stride.is_power_of_two() {
+            return Err(Error::InvalidGeometry);
+        }
+        let buf = NonNull::new(qp.rq_buf).ok_or(Error::InvalidGeometry)?;
+        let dbrec = NonNull::new(qp.dbrec).ok_or(Error::InvalidGeometry)?;
+        if buf.as_ptr() as usize % 16 != 0 || dbrec.as_ptr() as usize % 4 != 0 {
+            return Err(Error::InvalidGeometry);
+        }
+        if caps.max_recv_sge > stride / 16 {
+            return Err(Error::InvalidGeometry);
+        }
+        if wrid_len < cnt as usize {
+            return Err(Error::StorageTooSmall);
+        }
+        Ok(RecvQueue {
+            buf,
+            mask: cnt - 1,
+            wqe_cnt: cnt,
+            stride_shift: stride.trailing_zeros(),
+            head: 0,
+            tail: 0,
+            rung: 0,
+            // SAFETY: the record has two words (contract); RCV_DBR = 0.
+            dbrec: unsafe { dbrec.add(RCV_DBR) },
+            max_sge: caps.max_recv_sge,
+            state: QpState::Rts,
+            wrid,
+        })
+    }
+
+    /// Entries in the ring.
+    #[inline]
+    pub fn wqe_cnt(&self) -> u32 {
+        self.wqe_cnt
+    }
+    /// Posted-receive counter.
+    #[inline]
+    pub fn head(&self) -> u32 {
+        self.head
+    }
+    /// Completed-receive counter.
+    #[inline]
+    pub fn tail(&self) -> u32 {
+        self.tail
+    }
+    /// Stride in bytes.
+    #[inline]
+    pub fn stride(&self) -> u32 {
+        1 << self.stride_shift
+    }
+    /// Ring base.
+    #[inline]
+    pub fn ring_ptr(&self) -> *mut u8 {
+        self.buf.as_ptr()
+    }
+    /// Records a state change made by the control path.
+    pub fn set_state(&mut self, s: QpState) {
+        self.state = s;
+    }
+    /// Resets both counters to `head` (after RESET, §A.7).
+    pub fn reset_counters(&mut self, head: u32) {
+        self.head = head;
+        self.tail = head;
+        self.rung = head;
+    }
+
+    /// Writes one receive WQE; the doorbell record is updated by
+    /// [`RecvQueue::ring`]. Nothing is written on error.
+    ///
+    /// # Safety
+    /// Every SGE must name memory the device may write until completion.
+    #[inline(always)]
+    pub unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        if !self.state.can_recv() {
+            return Err(Error::InvalidQpState);
+        }
+        if wr.sges.len() > self.max_sge as usize {
+            return Err(Error::TooManySges);
+        }
+        crate::wr::total_length(wr.sges)?;
+        if self.head.wrapping_sub(self.tail) >= self.wqe_cnt {
+            return Err(Error::RqFull);
+        }
+        let slot = self.head & self.mask;
+        // SAFETY: slot < wqe_cnt, so the entry is inside the ring.
+        let base = unsafe { self.buf.as_ptr().add((slot as usize) << self.stride_shift) }
+            .cast::<DataSeg>();
+        let entries = 1usize << (self.stride_shift - 4);
+        let mut n = 0usize;
+        for s in wr.sges {
+            if s.length == 0 {
+                continue;
+            }
+            // SAFETY: n < max_sge <= entries (constructor), inside the entry.
+            unsafe {
+                base.add(n).write(DataSeg {
+                    byte_count: Be32::new(s.length),
+                    lkey: Be32::new(s.lkey),
+                    addr: Be64::new(s.addr),
+                })
+            };
+            n += 1;
+        }
+        if n < entries {
+            // SAFETY: n < entries, inside the entry.
+            unsafe {
+                base.add(n).write(DataSeg {
+                    byte_count: Be32::new(0),
+                    lkey: Be32::new(INVALID_LKEY),
+                    addr: Be64::new(0),
+                })
+            };
+        }
+        // SAFETY: slot < wqe_cnt <= wrid_len.
+        unsafe { self.wrid.as_ptr().add(slot as usize).write(wr.wr_id) };
+        self.head = self.head.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Publishes posted receives: to-device barrier, then
+    /// `dbrec[0] = head & 0xffff` (§A.6). No MMIO doorbell exists for
+    /// receives.
+    #[inline(always)]
+    pub fn ring(&mut self) {
+        if self.rung == self.head {
+            return;
+        }
+        // SAFETY: constructor contract on dbrec.
+        unsafe { mmio::write_dbrec(self.dbrec.as_ptr(), self.head & 0xffff) };
+        self.rung = self.head;
+    }
+
+    /// Posts a list and updates the doorbell record once. Stops at the
+    /// first invalid WR (the earlier ones are posted).
+    ///
+    /// # Safety
+    /// As for [`RecvQueue::post`].
+    pub unsafe fn post_list(
+        &mut self,
+        wrs: &[RecvWr<'_>],
+    ) -> core::result::Result<(), (usize, Error)> {
+        for (i, wr) in wrs.iter().enumerate() {
+            // SAFETY: forwarded.
+            if let Err(e) = unsafe { self.post(wr) } {
+                self.ring();
+                return Err((i, e));
+            }
+        }
+        self.ring();
+        Ok(())
+    }
+
+    /// Completes the receive at 16-bit index `wqe_counter`. Receives
+    /// complete in order, so the counter must equal the tail's; anything
+    /// else is a corrupt CQE and changes nothing.
+    #[inline(always)]
+    pub fn complete(&mut self, wqe_counter: u16) -> Option<(u64, u32)> {
+        if self.head == self.tail || (self.tail & 0xffff) as u16 != wqe_counter {
+            return None;
+        }
+        let slot = self.tail & self.mask;
+        // SAFETY: slot < wqe_cnt <= wrid_len.
+        let id = unsafe { self.wrid.as_ptr().add(slot as usize).read() };
+        self.tail = self.tail.wrapping_add(1);
+        Some((id, slot))
+    }
+
+    /// Calls `f(addr, len)` for each data segment of entry `slot` up to the
+    /// terminator, for scatter-to-CQE copies.
+    pub(crate) fn for_each_sge(&self, slot: u32, mut f: impl FnMut(u64, u32) -> bool) {
+        let entries = 1usize << (self.stride_shift - 4);
+        // SAFETY: slot & mask < wqe_cnt: the entry is inside the ring.
+        let base = unsafe {
+            self.buf
+                .as_ptr()
+                .add(((slot & self.mask) as usize) << self.stride_shift)
+        }
+        .cast::<DataSeg>();
+        for i in 0..entries {
+            // SAFETY: i < entries, inside the entry.
+            let d = unsafe { base.add(i).read() };
+            if d.lkey.get() == INVALID_LKEY && d.byte_count.get() == 0 {
+                break;
+            }
+            if !f(d.addr.get(), d.byte_count.get()) {
+                break;
+            }
+        }
+    }
+}

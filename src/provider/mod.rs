@@ -1,0 +1,3 @@
+//! Provider codecs and queues. mlx5 first; rxe and siw follow.
+
+pub mod mlx5;

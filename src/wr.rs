@@ -1,0 +1,407 @@
+//! Typed work requests and their validation.
+//!
+//! A work request is validated once, at the edge, against the queue's
+//! [`QpCaps`] (reference §A.2–A.6); the provider encoders may then assume it
+//! is well formed. Validation never panics and never writes to a queue: a
+//! rejected WR leaves the queue untouched.
+
+use crate::error::{Error, Result};
+
+/// One scatter/gather entry. Same layout as `struct ibv_sge`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sge {
+    /// Virtual address of the buffer (inside a registered region).
+    pub addr: u64,
+    /// Length in bytes. Zero-length entries are skipped when encoding.
+    pub length: u32,
+    /// Local key of the memory region.
+    pub lkey: u32,
+}
+
+impl Sge {
+    /// A new entry.
+    #[inline]
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { addr, length, lkey }
+    }
+}
+
+static_assertions::assert_eq_size!(Sge, [u8; 16]);
+
+/// Send flags. Bit values equal `IBV_SEND_*` so C callers can pass theirs.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// No flags: unsignaled, no fence, no solicited event.
+    pub const NONE: SendFlags = SendFlags(0);
+    /// Wait for earlier RDMA READs and atomics to complete (`IBV_SEND_FENCE`).
+    pub const FENCE: SendFlags = SendFlags(0x01);
+    /// Generate a completion (`IBV_SEND_SIGNALED`).
+    pub const SIGNALED: SendFlags = SendFlags(0x02);
+    /// Raise a solicited event at the responder (`IBV_SEND_SOLICITED`).
+    pub const SOLICITED: SendFlags = SendFlags(0x04);
+    /// Copy the payload into the WQE (`IBV_SEND_INLINE`). In the typed API
+    /// this bit is implied by [`Payload::Inline`]; the C ABI uses it.
+    pub const INLINE: SendFlags = SendFlags(0x08);
+    /// Every defined bit.
+    pub const ALL: SendFlags = SendFlags(0x0f);
+
+    /// True if every bit of `other` is set.
+    #[inline]
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    #[inline]
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+/// The remote side of an RDMA or atomic operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Remote {
+    /// Remote virtual address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl Remote {
+    /// A new remote address.
+    #[inline]
+    pub const fn new(addr: u64, rkey: u32) -> Remote {
+        Remote { addr, rkey }
+    }
+}
+
+/// The operation of a send work request.
+///
+/// Immediate values are host-order numbers; they travel big-endian on the
+/// wire and come back in host order in the receiver's completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND.
+    Send,
+    /// SEND_WITH_IMM.
+    SendImm {
+        /// Immediate data.
+        imm: u32,
+    },
+    /// SEND_WITH_INV: send and invalidate `rkey` at the responder.
+    SendInv {
+        /// The remote key to invalidate.
+        rkey: u32,
+    },
+    /// RDMA_WRITE.
+    Write {
+        /// Destination.
+        remote: Remote,
+    },
+    /// RDMA_WRITE_WITH_IMM (consumes a receive at the responder).
+    WriteImm {
+        /// Destination.
+        remote: Remote,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// RDMA_READ into the local SGEs.
+    Read {
+        /// Source.
+        remote: Remote,
+    },
+    /// ATOMIC_CMP_AND_SWP on 8 bytes: if `*remote == compare`, store `swap`.
+    /// The original value lands in the 8-byte local SGE.
+    CompareSwap {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Value to compare.
+        compare: u64,
+        /// Value to store.
+        swap: u64,
+    },
+    /// ATOMIC_FETCH_AND_ADD on 8 bytes. The original value lands in the
+    /// 8-byte local SGE.
+    FetchAdd {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Addend.
+        add: u64,
+    },
+    /// A NOP WQE (control segment only); useful to request a completion
+    /// that flushes unsignaled work.
+    Nop,
+}
+
+impl SendOp {
+    /// The remote address, for operations that have one.
+    #[inline]
+    pub const fn remote(&self) -> Option<Remote> {
+        match *self {
+            SendOp::Write { remote }
+            | SendOp::WriteImm { remote, .. }
+            | SendOp::Read { remote }
+            | SendOp::CompareSwap { remote, .. }
+            | SendOp::FetchAdd { remote, .. } => Some(remote),
+            _ => None,
+        }
+    }
+
+    /// True for CompareSwap and FetchAdd.
+    #[inline]
+    pub const fn is_atomic(&self) -> bool {
+        matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+}
+
+/// Where a send's local data comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// Gather (or, for READ and atomics, scatter) list of registered memory.
+    Sges(&'a [Sge]),
+    /// Bytes copied into the WQE at post time (`IBV_SEND_INLINE`); the
+    /// pieces are concatenated. No memory key is needed and the buffers may
+    /// be reused as soon as the post returns.
+    Inline(&'a [&'a [u8]]),
+}
+
+/// A send-queue work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Local data.
+    pub payload: Payload<'a>,
+    /// Signaled, solicited and fence bits. The INLINE bit is ignored here;
+    /// use [`Payload::Inline`].
+    pub flags: SendFlags,
+}
+
+impl<'a> SendWr<'a> {
+    /// A work request with SGE payload.
+    #[inline]
+    pub const fn new(wr_id: u64, op: SendOp, sges: &'a [Sge], flags: SendFlags) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            op,
+            payload: Payload::Sges(sges),
+            flags,
+        }
+    }
+
+    /// A work request with inline payload.
+    #[inline]
+    pub const fn inline(
+        wr_id: u64,
+        op: SendOp,
+        data: &'a [&'a [u8]],
+        flags: SendFlags,
+    ) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            op,
+            payload: Payload::Inline(data),
+            flags,
+        }
+    }
+}
+
+/// A receive-queue work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list.
+    pub sges: &'a [Sge],
+}
+
+/// What a queue pair accepts; fixed when the QP is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Maximum SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Maximum inline payload per send WR, in bytes.
+    pub max_inline_data: u32,
+    /// Maximum SGEs per receive WR.
+    pub max_recv_sge: u32,
+}
+
+/// Largest RDMA message (2^31 bytes).
+pub const MAX_MESSAGE: u64 = 1 << 31;
+
+/// Sum of SGE lengths, with overflow reported as [`Error::LengthOverflow`].
+#[inline]
+pub fn total_length(sges: &[Sge]) -> Result<u32> {
+    let mut total: u64 = 0;
+    for s in sges {
+        total += s.length as u64;
+    }
+    if total > MAX_MESSAGE {
+        return Err(Error::LengthOverflow);
+    }
+    Ok(total as u32)
+}
+
+/// Total inline payload, with the same limit.
+#[inline]
+pub fn inline_length(pieces: &[&[u8]]) -> Result<u32> {
+    let mut total: usize = 0;
+    for p in pieces {
+        total = total.checked_add(p.len()).ok_or(Error::LengthOverflow)?;
+    }
+    if total as u64 > MAX_MESSAGE {
+        return Err(Error::LengthOverflow);
+    }
+    Ok(total as u32)
+}
+
+/// Validates a send WR against the QP's capabilities. Provider-independent
+/// rules only; queue-space and QP-state checks happen in the queue.
+#[inline]
+pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<()> {
+    match wr.payload {
+        Payload::Sges(sges) => {
+            if sges.len() > caps.max_send_sge as usize {
+                return Err(Error::TooManySges);
+            }
+            if wr.op.is_atomic() {
+                if sges.len() != 1 || sges[0].length != 8 {
+                    return Err(Error::AtomicSgeLength);
+                }
+            } else if matches!(wr.op, SendOp::Nop) {
+                if !sges.is_empty() {
+                    return Err(Error::TooManySges);
+                }
+            } else {
+                total_length(sges)?;
+            }
+        }
+        Payload::Inline(pieces) => {
+            match wr.op {
+                SendOp::Read { .. }
+                | SendOp::CompareSwap { .. }
+                | SendOp::FetchAdd { .. }
+                | SendOp::Nop => return Err(Error::InlineNotAllowed),
+                _ => {}
+            }
+            let len = inline_length(pieces)?;
+            if len > caps.max_inline_data {
+                return Err(Error::InlineTooLarge);
+            }
+        }
+    }
+    if let Some(remote) = wr.op.remote() {
+        if wr.op.is_atomic() && remote.addr & 7 != 0 {
+            return Err(Error::AtomicUnaligned);
+        }
+    }
+    Ok(())
+}
+
+/// Validates a receive WR.
+#[inline]
+pub fn validate_recv(wr: &RecvWr<'_>, caps: &QpCaps) -> Result<()> {
+    if wr.sges.len() > caps.max_recv_sge as usize {
+        return Err(Error::TooManySges);
+    }
+    total_length(wr.sges)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPS: QpCaps = QpCaps {
+        max_send_sge: 2,
+        max_inline_data: 16,
+        max_recv_sge: 1,
+    };
+    const R: Remote = Remote {
+        addr: 0x1000,
+        rkey: 7,
+    };
+
+    #[test]
+    fn sge_limits() {
+        let s = [Sge::new(0, 1, 1); 3];
+        let wr = SendWr::new(1, SendOp::Send, &s, SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Err(Error::TooManySges));
+        let wr = SendWr::new(1, SendOp::Send, &s[..2], SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Ok(()));
+        let r = RecvWr {
+            wr_id: 0,
+            sges: &s[..2],
+        };
+        assert_eq!(validate_recv(&r, &CAPS), Err(Error::TooManySges));
+    }
+
+    #[test]
+    fn inline_rules() {
+        let a = [0u8; 10];
+        let b = [0u8; 7];
+        let p: [&[u8]; 2] = [&a, &b];
+        let wr = SendWr::inline(1, SendOp::Write { remote: R }, &p, SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Err(Error::InlineTooLarge));
+        let wr = SendWr::inline(1, SendOp::Write { remote: R }, &p[..1], SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Ok(()));
+        for op in [
+            SendOp::Read { remote: R },
+            SendOp::FetchAdd { remote: R, add: 1 },
+            SendOp::CompareSwap {
+                remote: R,
+                compare: 1,
+                swap: 2,
+            },
+        ] {
+            let wr = SendWr::inline(1, op, &p[..1], SendFlags::NONE);
+            assert_eq!(validate_send(&wr, &CAPS), Err(Error::InlineNotAllowed));
+        }
+    }
+
+    #[test]
+    fn atomic_rules() {
+        let ok = [Sge::new(0x10, 8, 1)];
+        let bad = [Sge::new(0x10, 4, 1)];
+        let fa = SendOp::FetchAdd { remote: R, add: 1 };
+        assert_eq!(
+            validate_send(&SendWr::new(1, fa, &ok, SendFlags::NONE), &CAPS),
+            Ok(())
+        );
+        assert_eq!(
+            validate_send(&SendWr::new(1, fa, &bad, SendFlags::NONE), &CAPS),
+            Err(Error::AtomicSgeLength)
+        );
+        assert_eq!(
+            validate_send(&SendWr::new(1, fa, &[], SendFlags::NONE), &CAPS),
+            Err(Error::AtomicSgeLength)
+        );
+        let unaligned = SendOp::CompareSwap {
+            remote: Remote::new(0x1004, 1),
+            compare: 0,
+            swap: 0,
+        };
+        assert_eq!(
+            validate_send(&SendWr::new(1, unaligned, &ok, SendFlags::NONE), &CAPS),
+            Err(Error::AtomicUnaligned)
+        );
+    }
+
+    #[test]
+    fn length_overflow() {
+        let s = [Sge::new(0, u32::MAX, 1), Sge::new(0, 2, 1)];
+        let wr = SendWr::new(1, SendOp::Send, &s, SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Err(Error::LengthOverflow));
+        let s = [Sge::new(0, 0x8000_0001, 1)];
+        let wr = SendWr::new(1, SendOp::Send, &s, SendFlags::NONE);
+        assert_eq!(validate_send(&wr, &CAPS), Err(Error::LengthOverflow));
+    }
+}
