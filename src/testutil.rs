@@ -104,13 +104,17 @@ impl Default for FakeGeometry {
     }
 }
 
+/// Bytes of guard space after the SQ ring in [`FakeMlx5::qp_buf`], so tests
+/// can prove nothing is written past the ring end.
+pub const GUARD: usize = 256;
+
 /// Memory standing in for one QP and one CQ of a device: the QP buffer
 /// (RQ then SQ, as rdma-core lays it out), doorbell records, a doorbell
 /// register pair, a CQ buffer and a UAR page.
 pub struct FakeMlx5 {
     /// Geometry.
     pub geo: FakeGeometry,
-    /// QP buffer: RQ at 0, SQ after it.
+    /// QP buffer: RQ at 0, SQ after it, then [`GUARD`] bytes.
     pub qp_buf: AlignedBuf,
     /// QP doorbell record (2 words) and CQ doorbell record (2 words, at +64).
     pub dbrec: AlignedBuf,
@@ -133,7 +137,7 @@ impl FakeMlx5 {
         let sq_bytes = (geo.sq_wqe_cnt * 64) as usize;
         let f = FakeMlx5 {
             geo,
-            qp_buf: AlignedBuf::new(rq_bytes.next_multiple_of(64) + sq_bytes),
+            qp_buf: AlignedBuf::new(rq_bytes.next_multiple_of(64) + sq_bytes + GUARD),
             dbrec: AlignedBuf::new(128),
             bf: AlignedBuf::new(2 * geo.bf_size.max(64) as usize),
             cq_buf: AlignedBuf::new((geo.cqe_cnt * geo.cqe_size) as usize),
