@@ -401,7 +401,8 @@ impl SendQueue {
         }
 
         let start = self.pi;
-        let o = start << 2; // first octoword
+        // First octoword; octoword indices run free and are masked on use.
+        let o = start << 2;
         self.put(
             o,
             CtrlSeg {
@@ -415,7 +416,7 @@ impl SendQueue {
         );
         if let Some(remote) = wr.op.remote() {
             self.put(
-                o + 1,
+                o.wrapping_add(1),
                 RaddrSeg {
                     raddr: Be64::new(remote.addr),
                     rkey: Be32::new(remote.rkey),
@@ -425,7 +426,7 @@ impl SendQueue {
         }
         match wr.op {
             SendOp::CompareSwap { compare, swap, .. } => self.put(
-                o + 2,
+                o.wrapping_add(2),
                 AtomicSeg {
                     swap_add: Be64::new(swap),
                     compare: Be64::new(compare),
@@ -435,11 +436,15 @@ impl SendQueue {
                 // Only swap_add is written; `compare` is left as it was
                 // (libmlx5 does the same, reference §A.3).
                 // SAFETY: octoword o+2 is inside the ring and 8-aligned.
-                unsafe { self.octo(o + 2).cast::<Be64>().write(Be64::new(add)) }
+                unsafe {
+                    self.octo(o.wrapping_add(2))
+                        .cast::<Be64>()
+                        .write(Be64::new(add))
+                }
             }
             _ => {}
         }
-        let mut at = o + hdr_ds;
+        let mut at = o.wrapping_add(hdr_ds);
         match wr.payload {
             Payload::Sges(sges) => {
                 if wr.op.is_atomic() {
@@ -464,7 +469,7 @@ impl SendQueue {
                                     addr: Be64::new(s.addr),
                                 },
                             );
-                            at += 1;
+                            at = at.wrapping_add(1);
                         }
                     }
                 }
@@ -661,7 +666,7 @@ impl SendQueue {
         };
         for i in hdr..ds {
             // SAFETY: inside the ring (masked) and 16-aligned.
-            let d = unsafe { self.octo(o + i).cast::<DataSeg>().read() };
+            let d = unsafe { self.octo(o.wrapping_add(i)).cast::<DataSeg>().read() };
             if !f(d.addr.get(), d.byte_count.get()) {
                 break;
             }

@@ -1,0 +1,113 @@
+//! A counting global allocator proves that posting, ringing and polling
+//! allocate nothing once the queues exist.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rdma_direct::provider::mlx5::*;
+use rdma_direct::testutil::*;
+use rdma_direct::*;
+
+struct Counting;
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn post_and_poll_allocate_nothing() {
+    let mut f = FakeMlx5::new(FakeGeometry::default());
+    let caps = f.caps(4, 60);
+    let sq = f.send_queue(caps, SqConfig::default()).unwrap();
+    let rq = f.recv_queue(caps).unwrap();
+    let mut cq = f.completion_queue().unwrap();
+    let mut qp = Mlx5Qp { sq, rq };
+    let sge = [Sge::new(0x1000, 8, 1)];
+    let payload = [1u8; 32];
+    let pieces: [&[u8]; 1] = [&payload];
+    let mut wc = [Wc::default(); 16];
+    let mut ci = 0u32;
+    let mut cqe = [0u8; 64];
+    cqe[56..60].copy_from_slice(&(0x0800_01c5u32).to_be_bytes());
+
+    let before = ALLOCS.load(Ordering::SeqCst);
+    for round in 0..200u64 {
+        let wrs = [
+            SendWr::new(
+                round,
+                SendOp::Write {
+                    remote: Remote::new(0x2000, 2),
+                },
+                &sge,
+                SendFlags::NONE,
+            ),
+            SendWr::inline(round, SendOp::Send, &pieces, SendFlags::NONE),
+            SendWr::new(
+                round,
+                SendOp::FetchAdd {
+                    remote: Remote::new(0x2000, 2),
+                    add: 1,
+                },
+                &sge,
+                SendFlags::SIGNALED,
+            ),
+        ];
+        let pi = qp.sq.producer();
+        unsafe { qp.sq.post_list(&wrs) }.unwrap();
+        unsafe { qp.sq.post_one(&wrs[0]) }.unwrap();
+        unsafe {
+            qp.rq.post_list(&[RecvWr {
+                wr_id: round,
+                sges: &sge,
+            }])
+        }
+        .unwrap();
+        // The signaled atomic is the third WQE: ctrl+raddr+atomic+data = 1 BB,
+        // after a 1-BB write and a 1-BB inline send (4+32 bytes -> 3 octowords).
+        let atomic_index = pi.wrapping_add(2) as u16;
+        cqe[60..62].copy_from_slice(&atomic_index.to_be_bytes());
+        cqe[56..60].copy_from_slice(&(0x1200_01c5u32).to_be_bytes());
+        f.write_cqe(ci, &cqe);
+        ci += 1;
+        let n = cq.poll(&mut qp, &mut wc).unwrap();
+        assert_eq!(n, 1);
+        // Retire the trailing write with a responder-less forced path: a
+        // second requester CQE for it.
+        let last = pi.wrapping_add(3) as u16;
+        let mut c2 = cqe;
+        c2[60..62].copy_from_slice(&last.to_be_bytes());
+        c2[56..60].copy_from_slice(&(0x0800_01c5u32).to_be_bytes());
+        f.write_cqe(ci, &c2);
+        ci += 1;
+        // Unsignaled: consumed silently.
+        assert_eq!(cq.poll(&mut qp, &mut wc).unwrap(), 0);
+        let mut r = [0u8; 64];
+        r[56..60].copy_from_slice(&0x1c5u32.to_be_bytes());
+        r[60..62].copy_from_slice(&(qp.rq.tail() as u16).to_be_bytes());
+        r[63] = 2 << 4;
+        f.write_cqe(ci, &r);
+        ci += 1;
+        assert_eq!(cq.poll(&mut qp, &mut wc).unwrap(), 1);
+    }
+    let after = ALLOCS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "the data path allocated");
+    assert_eq!(qp.sq.free_bbs(), qp.sq.wqe_cnt());
+}

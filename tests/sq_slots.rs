@@ -1,0 +1,242 @@
+//! Every start slot × every WQE size on a small ring: nothing is written
+//! outside the WQE's basic blocks (modulo the ring), DS and the WQE index
+//! are right, and inline payloads split correctly at every byte of the
+//! ring end (reference §A.2 wrap rule).
+
+use rdma_direct::provider::mlx5::*;
+use rdma_direct::testutil::*;
+use rdma_direct::*;
+
+const RING_BBS: u32 = 8;
+const PATTERN: u8 = 0xa5;
+
+fn geo() -> FakeGeometry {
+    FakeGeometry {
+        sq_wqe_cnt: RING_BBS,
+        bf_size: 256,
+        ..FakeGeometry::default()
+    }
+}
+
+/// Checks that only the bytes of BBs [start, start+nbb) (mod ring) of the
+/// SQ changed and that the RQ region and the guard are untouched.
+fn check_footprint(f: &FakeMlx5, start: u32, nbb: u32, case: &str) {
+    let all = f.qp_buf.bytes();
+    let sq_off = f.sq_offset();
+    let sq_len = (RING_BBS * 64) as usize;
+    for (i, b) in all[..sq_off].iter().enumerate() {
+        assert_eq!(*b, PATTERN, "{case}: RQ byte {i} written");
+    }
+    for (i, b) in all[sq_off + sq_len..].iter().enumerate() {
+        assert_eq!(*b, PATTERN, "{case}: guard byte {i} after the ring written");
+    }
+    let covered = |bb: u32| (0..nbb).any(|k| (start + k) % RING_BBS == bb);
+    for bb in 0..RING_BBS {
+        if covered(bb) {
+            continue;
+        }
+        let s = sq_off + bb as usize * 64;
+        assert!(
+            all[s..s + 64].iter().all(|b| *b == PATTERN),
+            "{case}: BB {bb} outside the WQE written"
+        );
+    }
+}
+
+fn caps() -> QpCaps {
+    // ds up to 32 octowords (8 BBs, the whole ring).
+    QpCaps {
+        max_send_sge: 30,
+        max_inline_data: 476,
+        max_recv_sge: 4,
+    }
+}
+
+#[test]
+fn every_slot_every_sge_count() {
+    let sges: Vec<Sge> = (0..30)
+        .map(|i| Sge::new(0x1000_0000 + i * 0x100, 64 + i as u32, 0x100 + i as u32))
+        .collect();
+    for high in [0u32, 0xfff8, 0x7fff_fff8] {
+        for start in 0..RING_BBS {
+            for n in 0..=30usize {
+                let case = format!("pi {:#x} sges {n}", high + start);
+                let mut f = FakeMlx5::new(geo());
+                f.qp_buf.fill(PATTERN);
+                let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+                let pi = high.wrapping_add(start);
+                sq.reset_counters(pi);
+                let wr = SendWr::new(n as u64, SendOp::Send, &sges[..n], SendFlags::SIGNALED);
+                unsafe { sq.post_one(&wr) }.unwrap();
+                let ds = 1 + n as u32;
+                let nbb = ds.div_ceil(4);
+                assert_eq!(sq.producer(), pi.wrapping_add(nbb), "{case}");
+                assert_eq!(f.dbrec_sq(), pi.wrapping_add(nbb) & 0xffff, "{case}");
+                check_footprint(&f, pi % RING_BBS, nbb, &case);
+                let d = decode_wqe(f.sq_bytes(), pi % RING_BBS).unwrap();
+                assert_eq!(d.ds, ds, "{case}");
+                assert_eq!(d.wqe_index, pi as u16, "{case}");
+                assert_eq!(d.qpn, 0x1c5, "{case}");
+                let want: Vec<_> = sges[..n]
+                    .iter()
+                    .map(|s| (s.addr, s.length, s.lkey))
+                    .collect();
+                assert_eq!(d.sges, want, "{case}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_slot_every_inline_length() {
+    let payload: Vec<u8> = (0..476u32).map(|i| (i * 7 + 1) as u8).collect();
+    for start in 0..RING_BBS {
+        for len in 0..=476usize {
+            let case = format!("slot {start} inline {len}");
+            let mut f = FakeMlx5::new(geo());
+            f.qp_buf.fill(PATTERN);
+            let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+            sq.reset_counters(start);
+            // Split the payload in up to three pieces to exercise
+            // concatenation as well as the ring-end split.
+            let a = len / 3;
+            let b = len / 2;
+            let pieces: [&[u8]; 3] = [&payload[..a], &payload[a..b], &payload[b..len]];
+            let wr = SendWr::inline(
+                9,
+                SendOp::Write {
+                    remote: Remote::new(0xabc0, 5),
+                },
+                &pieces,
+                SendFlags::NONE,
+            );
+            unsafe { sq.post_one(&wr) }.unwrap();
+            let ds = 2 + if len == 0 {
+                0
+            } else {
+                (4 + len as u32).div_ceil(16)
+            };
+            let nbb = ds.div_ceil(4);
+            check_footprint(&f, start, nbb, &case);
+            let d = decode_wqe(f.sq_bytes(), start).unwrap();
+            assert_eq!(d.ds, ds, "{case}");
+            if len == 0 {
+                assert_eq!(d.inline, None, "{case}");
+            } else {
+                assert_eq!(d.inline.as_deref(), Some(&payload[..len]), "{case}");
+            }
+            assert_eq!(d.remote, Some((0xabc0, 5)), "{case}");
+        }
+    }
+}
+
+#[test]
+fn every_slot_every_opcode() {
+    let one = [Sge::new(0x5000, 8, 0x77)];
+    let r = Remote::new(0x9000, 0x33);
+    let ops = [
+        (SendOp::Nop, 1u32),
+        (SendOp::Send, 2),
+        (SendOp::SendImm { imm: 0x01020304 }, 2),
+        (SendOp::SendInv { rkey: 0x55 }, 2),
+        (SendOp::Write { remote: r }, 3),
+        (SendOp::WriteImm { remote: r, imm: 7 }, 3),
+        (SendOp::Read { remote: r }, 3),
+        (
+            SendOp::CompareSwap {
+                remote: r,
+                compare: 1,
+                swap: 2,
+            },
+            4,
+        ),
+        (SendOp::FetchAdd { remote: r, add: 3 }, 4),
+    ];
+    for start in 0..RING_BBS {
+        for (op, ds) in ops {
+            let case = format!("slot {start} {op:?}");
+            let mut f = FakeMlx5::new(geo());
+            f.qp_buf.fill(PATTERN);
+            let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+            sq.reset_counters(start);
+            let sg: &[Sge] = if matches!(op, SendOp::Nop) { &[] } else { &one };
+            unsafe { sq.post_one(&SendWr::new(1, op, sg, SendFlags::SIGNALED)) }.unwrap();
+            check_footprint(&f, start, 1, &case);
+            let d = decode_wqe(f.sq_bytes(), start).unwrap();
+            assert_eq!(d.ds, ds, "{case}");
+            assert_eq!(d.fm_ce_se, 0x08, "{case}");
+        }
+    }
+}
+
+#[test]
+fn full_ring_is_refused_without_writing() {
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+    let sges = [Sge::new(0x1000, 1, 1); 7]; // ds 8 = 2 BBs
+    for i in 0..4 {
+        unsafe { sq.post(&SendWr::new(i, SendOp::Send, &sges, SendFlags::SIGNALED)) }.unwrap();
+    }
+    sq.ring();
+    assert_eq!(sq.free_bbs(), 0);
+    let before = f.qp_buf.bytes().to_vec();
+    let e = unsafe { sq.post(&SendWr::new(9, SendOp::Nop, &[], SendFlags::NONE)) };
+    assert_eq!(e, Err(Error::SqFull));
+    assert_eq!(f.qp_buf.bytes(), &before[..]);
+    assert_eq!(sq.producer(), 8);
+    // One BB free after retiring the first WQE: a 2-BB WQE still does not fit
+    // after filling it with a NOP.
+    assert!(sq.retire(0).is_some());
+    unsafe { sq.post(&SendWr::new(10, SendOp::Nop, &[], SendFlags::NONE)) }.unwrap();
+    assert_eq!(
+        unsafe { sq.post(&SendWr::new(11, SendOp::Send, &sges, SendFlags::NONE)) },
+        Err(Error::SqFull)
+    );
+}
+
+#[test]
+fn state_gates_posting() {
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+    let mut rq = f.recv_queue(caps()).unwrap();
+    for s in [QpState::Reset, QpState::Init, QpState::Rtr] {
+        sq.set_state(s);
+        assert_eq!(
+            unsafe { sq.post(&SendWr::new(1, SendOp::Nop, &[], SendFlags::NONE)) },
+            Err(Error::InvalidQpState)
+        );
+    }
+    rq.set_state(QpState::Reset);
+    assert_eq!(
+        unsafe {
+            rq.post(&RecvWr {
+                wr_id: 1,
+                sges: &[],
+            })
+        },
+        Err(Error::InvalidQpState)
+    );
+    rq.set_state(QpState::Init);
+    assert!(unsafe {
+        rq.post(&RecvWr {
+            wr_id: 1,
+            sges: &[],
+        })
+    }
+    .is_ok());
+    assert_eq!(sq.producer(), 0);
+}
+
+#[test]
+fn forced_signal_guard() {
+    // 8-BB ring: an unsignaled run reaching half the ring gets CE=2.
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+    let sge = [Sge::new(0x1000, 8, 1)];
+    let mut forced = Vec::new();
+    for i in 0..4u32 {
+        unsafe { sq.post(&SendWr::new(i as u64, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
+        forced.push(decode_wqe(f.sq_bytes(), i).unwrap().fm_ce_se & 0x0c != 0);
+    }
+    assert_eq!(forced, vec![false, false, false, true]);
+}
