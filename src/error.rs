@@ -59,6 +59,19 @@ pub enum Error {
     /// A QP number wider than 24 bits.
     InvalidQpn = 1203,
 
+    // ---- 1400..1499: control path (devices, PDs, MRs, CQs, QPs) ----
+    /// No object with that handle, key or number exists (or it was
+    /// destroyed).
+    NoSuchObject = 1401,
+    /// The object is still in use (a CQ with QPs attached, a PD with
+    /// regions or QPs).
+    ResourceBusy = 1402,
+    /// An attribute is out of range or not valid for the requested QP
+    /// state transition.
+    InvalidAttribute = 1403,
+    /// The device has no room for another object of this kind.
+    ResourceExhausted = 1404,
+
     // ---- 1300..1399: completions (device-written memory is untrusted) ----
     /// A compressed CQE (format 3). Compression is never requested by this
     /// crate; seeing one means the CQ was created by someone else with
@@ -96,6 +109,10 @@ impl Error {
             1201 => Error::InvalidGeometry,
             1202 => Error::StorageTooSmall,
             1203 => Error::InvalidQpn,
+            1401 => Error::NoSuchObject,
+            1402 => Error::ResourceBusy,
+            1403 => Error::InvalidAttribute,
+            1404 => Error::ResourceExhausted,
             1301 => Error::CqeCompressed,
             1302 => Error::CqeCorrupt,
             _ => return None,
@@ -121,6 +138,10 @@ impl Error {
             Error::InvalidGeometry => "invalid queue geometry (size, stride or alignment)",
             Error::StorageTooSmall => "side-table storage smaller than the ring",
             Error::InvalidQpn => "QP number wider than 24 bits",
+            Error::NoSuchObject => "no such object (unknown or destroyed handle)",
+            Error::ResourceBusy => "object still in use",
+            Error::InvalidAttribute => "invalid attribute or state transition",
+            Error::ResourceExhausted => "device resources exhausted",
             Error::CqeCompressed => "compressed CQE: compression is not supported",
             Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
         }
@@ -134,6 +155,30 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+/// A batch post stopped at WR `index` with `error`; the WRs before it
+/// were posted (and rung), the failed one and those after it were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostError {
+    /// Index of the WR that was refused.
+    pub index: usize,
+    /// Why.
+    pub error: Error,
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        e.error
+    }
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "work request {} refused: {}", self.index, self.error)
+    }
+}
+
+impl core::error::Error for PostError {}
 
 /// Result alias used across the crate.
 pub type Result<T> = core::result::Result<T, Error>;
@@ -161,6 +206,10 @@ mod tests {
             Error::InvalidGeometry,
             Error::StorageTooSmall,
             Error::InvalidQpn,
+            Error::NoSuchObject,
+            Error::ResourceBusy,
+            Error::InvalidAttribute,
+            Error::ResourceExhausted,
             Error::CqeCompressed,
             Error::CqeCorrupt,
         ];

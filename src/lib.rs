@@ -23,14 +23,32 @@
 extern crate std;
 
 pub mod error;
+/// The C ABI (status codes, raw mlx5 queues over caller storage).
+#[cfg(feature = "ffi")]
+pub mod ffi;
 pub mod mmio;
 pub mod provider;
+/// bindgen of the system `infiniband/mlx5dv.h`, for layout cross-checks.
+#[cfg(feature = "verbs")]
+pub mod sys;
 pub mod wr;
+
+/// The safe Rust API (device, PD, MR, CQ, QP), generic over backends.
+#[cfg(feature = "soft")]
+pub mod api;
+
+/// The in-process software HCA (feature `soft`).
+#[cfg(feature = "soft")]
+pub mod soft;
+
+/// Std-only helpers (aligned buffers).
+#[cfg(feature = "std")]
+pub mod util;
 
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testutil;
 
-pub use error::{Error, Result};
+pub use error::{Error, PostError, Result};
 
 /// Bare-metal builds (`target_os = "none"`, no `std`) produce a staticlib,
 /// which needs a panic handler. The data path never panics by design; if

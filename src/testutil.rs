@@ -4,7 +4,6 @@
 //!
 //! Nothing here is used by the data path.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::vec;
 use std::vec::Vec;
@@ -13,60 +12,7 @@ use crate::provider::mlx5::layout::{opcode, Mlx5dvCq, Mlx5dvQp, INLINE_SEG, INVA
 use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, SqConfig, WrSlot};
 use crate::wr::QpCaps;
 
-/// A zeroed, page-aligned heap buffer.
-pub struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    /// `len` zeroed bytes aligned to 4096.
-    pub fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(64), 4096).expect("layout");
-        // SAFETY: non-zero size.
-        let p = unsafe { alloc_zeroed(layout) };
-        AlignedBuf {
-            ptr: NonNull::new(p).expect("oom"),
-            layout,
-        }
-    }
-    /// Base pointer.
-    pub fn ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.layout.size()
-    }
-    /// Always false.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-    /// The bytes (no concurrent writers may exist).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: owned allocation of `len` initialised bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
-    }
-    /// The bytes, mutably.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: owned allocation of `len` initialised bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-    /// Fills every byte with `v`.
-    pub fn fill(&mut self, v: u8) {
-        self.bytes_mut().fill(v);
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-// SAFETY: plain owned memory.
-unsafe impl Send for AlignedBuf {}
+pub use crate::util::AlignedBuf;
 
 /// Geometry of a fake mlx5 QP + CQ.
 #[derive(Clone, Copy, Debug)]

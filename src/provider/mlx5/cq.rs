@@ -232,6 +232,7 @@ pub struct CompletionQueue {
     cqn: u32,
     arm_sn: u32,
     stale: u64,
+    scatter: bool,
 }
 
 // SAFETY: exclusive ownership of the CQ consumer side (constructor).
@@ -306,6 +307,7 @@ impl CompletionQueue {
             cqn: cq.cqn,
             arm_sn: 0,
             stale: 0,
+            scatter: true,
         })
     }
 
@@ -335,6 +337,15 @@ impl CompletionQueue {
     pub fn cqe_cnt(&self) -> u32 {
         self.mask + 1
     }
+    /// Enables or disables scatter-to-CQE handling (on by default). With it
+    /// off, a CQE carrying inline data is reported as
+    /// [`Error::CqeCorrupt`] instead of being copied into the posted
+    /// buffer; the safe API turns it off because it creates its QPs with
+    /// scatter-to-CQE disabled and never trusts an unexpected copy target.
+    pub fn set_scatter_to_cqe(&mut self, on: bool) {
+        self.scatter = on;
+    }
+
     /// CQEs skipped because they named a QP the route did not own (stale
     /// entries of destroyed QPs, reference §A.1).
     pub fn stale_cqes(&self) -> u64 {
@@ -409,6 +420,9 @@ impl CompletionQueue {
         let format = (op_own >> 2) & 3;
         if format == cqe_format::COMPRESSED {
             return Err(Error::CqeCompressed);
+        }
+        if format != cqe_format::NORMAL && !self.scatter {
+            return Err(Error::CqeCorrupt);
         }
         let sdq = c.sop_drop_qpn.get();
         let qpn = sdq & 0x00ff_ffff;

@@ -5,7 +5,7 @@
 use core::ptr::NonNull;
 
 use super::layout::{Be32, Be64, DataSeg, Mlx5dvQp, INVALID_LKEY, RCV_DBR};
-use crate::error::{Error, Result};
+use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::wr::{QpCaps, RecvWr};
 
@@ -189,12 +189,12 @@ impl RecvQueue {
     pub unsafe fn post_list(
         &mut self,
         wrs: &[RecvWr<'_>],
-    ) -> core::result::Result<(), (usize, Error)> {
+    ) -> core::result::Result<(), PostError> {
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded.
             if let Err(e) = unsafe { self.post(wr) } {
                 self.ring();
-                return Err((i, e));
+                return Err(PostError { index: i, error: e });
             }
         }
         self.ring();

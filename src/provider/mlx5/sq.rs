@@ -13,7 +13,7 @@ use super::layout::{
     ctrl_flags, opcode, AtomicSeg, Be32, Be64, CtrlSeg, DataSeg, Mlx5dvQp, RaddrSeg, INLINE_SEG,
     MAX_DS, SEND_WQE_BB,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::wr::{Payload, QpCaps, SendFlags, SendOp, SendWr};
 
@@ -612,12 +612,12 @@ impl SendQueue {
     pub unsafe fn post_list(
         &mut self,
         wrs: &[SendWr<'_>],
-    ) -> core::result::Result<(), (usize, Error)> {
+    ) -> core::result::Result<(), PostError> {
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded contract.
             if let Err(e) = unsafe { self.post(wr) } {
                 self.ring();
-                return Err((i, e));
+                return Err(PostError { index: i, error: e });
             }
         }
         self.ring();

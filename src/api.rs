@@ -1,0 +1,547 @@
+//! The safe Rust API: device → protection domain → memory region →
+//! completion queue → queue pair, generic over the backend that provides
+//! the control path ([`Backend`]). The data path is the crate's mlx5 core
+//! for every backend that hands out mlx5 queues (the software HCA now; a
+//! ConnectX NIC through `mlx5dv_init_obj` later): posting and polling
+//! allocate nothing, lock nothing and make no calls into the backend.
+//!
+//! ```
+//! use rdma_direct::api::*;
+//! use rdma_direct::soft::SoftDevice;
+//! use rdma_direct::{SendOp, SendFlags, RecvWr};
+//!
+//! let dev = Device::new(SoftDevice::new(Default::default()));
+//! let pd = dev.alloc_pd()?;
+//! let cq = dev.create_cq(64)?;
+//! let mut cq2 = dev.create_cq(64)?;
+//! let mut a = pd.create_qp(&cq, &cq, &QpInit::default())?;
+//! let mut b = pd.create_qp(&cq2, &cq2, &QpInit::default())?;
+//! let (ia, ib) = (a.info(), b.info());
+//! a.connect(&ib, &ConnectAttr::default())?;
+//! b.connect(&ia, &ConnectAttr::default())?;
+//! let mut src = pd.register(64, Access::NONE)?;
+//! let mut dst = pd.register(64, Access::LOCAL_WRITE)?;
+//! src.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! b.post_recv(&[RecvWr { wr_id: 1, sges: &[dst.sge(0, 64)] }])?;
+//! a.post_send(&[rdma_direct::SendWr::new(2, SendOp::Send, &[src.sge(0, 5)], SendFlags::SIGNALED)])?;
+//! dev.backend().run_until_idle(16);
+//! let mut wc = [Wc::default(); 4];
+//! assert_eq!(cq2.poll(&mut b, &mut wc)?, 1);
+//! assert_eq!(&dst.as_slice()[..5], b"hello");
+//! # Ok::<(), rdma_direct::Error>(())
+//! ```
+
+use std::any::Any;
+use std::boxed::Box;
+use std::sync::Arc;
+use std::vec;
+
+use core::ptr::NonNull;
+
+use crate::error::{Error, PostError, Result};
+use crate::provider::mlx5::{CompletionQueue, CqRoute, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, SqConfig, WrSlot};
+use crate::util::AlignedBuf;
+use crate::wr::{QpCaps, RecvWr, Remote, SendWr, Sge};
+
+pub use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
+pub use crate::soft::{Access, QpInit, QpModify};
+
+/// What a backend hands out for a CQ: mlx5 queue fields plus whatever
+/// keeps the memory alive.
+pub struct RawCq {
+    /// `mlx5dv_cq` fields.
+    pub dv: Mlx5dvCq,
+    /// CQ number.
+    pub cqn: u32,
+    /// Keeps the queue memory alive while any handle exists.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// What a backend hands out for a QP.
+pub struct RawQp {
+    /// `mlx5dv_qp` fields.
+    pub dv: Mlx5dvQp,
+    /// QP number.
+    pub qpn: u32,
+    /// Granted capabilities.
+    pub caps: QpCaps,
+    /// Keeps the queue memory alive.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// Port attributes used to connect QPs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Local identifier (InfiniBand).
+    pub lid: u16,
+    /// GID (RoCE/iWARP addressing).
+    pub gid: [u8; 16],
+    /// Active MTU in bytes.
+    pub mtu: u32,
+}
+
+/// The control path of a device. Implementations may allocate, lock and
+/// make system calls; none of it is on the data path.
+pub trait Backend: Send + Sync + 'static {
+    /// A short name ("soft", "mlx5_0", ...).
+    fn name(&self) -> &str;
+    /// Port attributes.
+    fn port(&self) -> PortInfo;
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> Result<u32>;
+    /// Frees a protection domain.
+    fn dealloc_pd(&self, pd: u32) -> Result<()>;
+    /// Registers memory; returns the key (lkey = rkey).
+    ///
+    /// # Safety
+    /// The memory must stay valid until `dereg_mr` returns.
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<u32>;
+    /// Deregisters; afterwards the device never touches the memory.
+    fn dereg_mr(&self, key: u32) -> Result<()>;
+    /// Creates a CQ with at least `depth` entries.
+    fn create_cq(&self, depth: u32) -> Result<RawCq>;
+    /// Destroys a CQ.
+    fn destroy_cq(&self, cqn: u32) -> Result<()>;
+    /// Creates an RC QP in RESET.
+    fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp>;
+    /// Changes a QP's state.
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;
+    /// Destroys a QP.
+    fn destroy_qp(&self, qpn: u32) -> Result<()>;
+}
+
+impl Backend for crate::soft::SoftDevice {
+    fn name(&self) -> &str {
+        "soft"
+    }
+    fn port(&self) -> PortInfo {
+        PortInfo { lid: 1, gid: [0; 16], mtu: 4096 }
+    }
+    fn alloc_pd(&self) -> Result<u32> {
+        Ok(crate::soft::SoftDevice::alloc_pd(self))
+    }
+    fn dealloc_pd(&self, pd: u32) -> Result<()> {
+        crate::soft::SoftDevice::dealloc_pd(self, pd)
+    }
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<u32> {
+        // SAFETY: forwarded contract.
+        unsafe { crate::soft::SoftDevice::reg_mr(self, pd, addr, len, access) }
+    }
+    fn dereg_mr(&self, key: u32) -> Result<()> {
+        crate::soft::SoftDevice::dereg_mr(self, key)
+    }
+    fn create_cq(&self, depth: u32) -> Result<RawCq> {
+        let c = crate::soft::SoftDevice::create_cq(self, depth)?;
+        Ok(RawCq { dv: c.dv, cqn: c.cqn, keep: c.mem })
+    }
+    fn destroy_cq(&self, cqn: u32) -> Result<()> {
+        crate::soft::SoftDevice::destroy_cq(self, cqn)
+    }
+    fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        let q = crate::soft::SoftDevice::create_qp(self, pd, send_cq, recv_cq, init)?;
+        Ok(RawQp { dv: q.dv, qpn: q.qpn, caps: q.caps, keep: q.mem })
+    }
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
+        crate::soft::SoftDevice::modify_qp(self, qpn, m)
+    }
+    fn destroy_qp(&self, qpn: u32) -> Result<()> {
+        crate::soft::SoftDevice::destroy_qp(self, qpn)
+    }
+}
+
+impl Default for QpInit {
+    fn default() -> Self {
+        QpInit { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 }
+    }
+}
+
+/// A device handle. Cloning shares it.
+pub struct Device<B: Backend> {
+    b: Arc<B>,
+}
+
+impl<B: Backend> Clone for Device<B> {
+    fn clone(&self) -> Self {
+        Device { b: Arc::clone(&self.b) }
+    }
+}
+
+struct PdInner<B: Backend> {
+    b: Arc<B>,
+    pd: u32,
+}
+
+impl<B: Backend> Drop for PdInner<B> {
+    fn drop(&mut self) {
+        // Everything using the PD holds this Arc, so nothing is left.
+        let _ = self.b.dealloc_pd(self.pd);
+    }
+}
+
+/// A protection domain.
+pub struct Pd<B: Backend> {
+    inner: Arc<PdInner<B>>,
+}
+
+struct CqInner<B: Backend> {
+    b: Arc<B>,
+    cqn: u32,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+impl<B: Backend> Drop for CqInner<B> {
+    fn drop(&mut self) {
+        // Every QP on this CQ holds this Arc, so none is left.
+        let _ = self.b.destroy_cq(self.cqn);
+    }
+}
+
+/// A completion queue and its poller.
+pub struct Cq<B: Backend> {
+    inner: Arc<CqInner<B>>,
+    cq: CompletionQueue,
+}
+
+/// A registered memory region that owns its buffer.
+///
+/// The device reads and writes the buffer on behalf of posted work and of
+/// peers holding the rkey (as the access flags allow). As with every RDMA
+/// API, the application orders its own accesses after the completions
+/// that cover the device's.
+pub struct Mr<B: Backend> {
+    pd: Arc<PdInner<B>>,
+    key: u32,
+    access: Access,
+    buf: AlignedBuf,
+    len: usize,
+}
+
+/// Connection data of a QP, exchanged with the peer (out of band, or by a
+/// connection manager).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpInfo {
+    /// QP number.
+    pub qpn: u32,
+    /// Initial packet sequence number.
+    pub psn: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// GID.
+    pub gid: [u8; 16],
+    /// Path MTU in bytes.
+    pub mtu: u32,
+}
+
+/// Attributes for [`Qp::connect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectAttr {
+    /// Remote operations this QP accepts (checked with the MR's flags).
+    pub access: Access,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+}
+
+impl Default for ConnectAttr {
+    fn default() -> Self {
+        ConnectAttr { access: Access::NONE, rnr_retry: 7, retry_cnt: 7 }
+    }
+}
+
+/// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
+/// add lock-free sharing).
+pub struct Qp<B: Backend> {
+    pd: Arc<PdInner<B>>,
+    _send_cq: Arc<CqInner<B>>,
+    _recv_cq: Arc<CqInner<B>>,
+    qpn: u32,
+    caps: QpCaps,
+    sq: SendQueue,
+    rq: RecvQueue,
+    // Side tables the queues point into; boxed so moves keep them put.
+    _sq_wrid: Box<[WrSlot]>,
+    _rq_wrid: Box<[u64]>,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+impl<B: Backend> Device<B> {
+    /// Wraps a backend.
+    pub fn new(b: B) -> Device<B> {
+        Device { b: Arc::new(b) }
+    }
+
+    /// The backend (for backend-specific control: stepping the software
+    /// device, fault injection, ...).
+    pub fn backend(&self) -> &B {
+        &self.b
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd<B>> {
+        let pd = self.b.alloc_pd()?;
+        Ok(Pd { inner: Arc::new(PdInner { b: Arc::clone(&self.b), pd }) })
+    }
+
+    /// Creates a CQ with room for at least `depth` completions.
+    pub fn create_cq(&self, depth: u32) -> Result<Cq<B>> {
+        let raw = self.b.create_cq(depth)?;
+        // SAFETY: the backend guarantees the descriptor describes live CQ
+        // memory kept alive by `raw.keep`, which `CqInner` holds as long as
+        // the poller exists.
+        let mut cq = unsafe { CompletionQueue::from_raw(&raw.dv) }?;
+        cq.set_scatter_to_cqe(false);
+        Ok(Cq { inner: Arc::new(CqInner { b: Arc::clone(&self.b), cqn: raw.cqn, _keep: raw.keep }), cq })
+    }
+}
+
+impl<B: Backend> Pd<B> {
+    /// Allocates `len` zeroed, page-aligned bytes and registers them with
+    /// exactly `access` (least privilege: ask only for what peers need).
+    pub fn register(&self, len: usize, access: Access) -> Result<Mr<B>> {
+        let buf = AlignedBuf::new(len);
+        // SAFETY: `buf` lives in the returned Mr, which deregisters before
+        // freeing it (Drop order: key first, then the buffer).
+        let key = unsafe { self.inner.b.reg_mr(self.inner.pd, buf.ptr() as u64, len as u64, access) }?;
+        Ok(Mr { pd: Arc::clone(&self.inner), key, access, buf, len })
+    }
+
+    /// Creates an RC QP (in RESET) whose sends complete on `send_cq` and
+    /// receives on `recv_cq`.
+    pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
+        let b = &self.inner.b;
+        let raw = b.create_qp(self.inner.pd, send_cq.inner.cqn, recv_cq.inner.cqn, init)?;
+        let mut sq_wrid = vec![WrSlot::default(); raw.dv.sq_wqe_cnt as usize].into_boxed_slice();
+        let mut rq_wrid = vec![0u64; raw.dv.rq_wqe_cnt as usize].into_boxed_slice();
+        let built = (|| {
+            // SAFETY: the descriptor names queue memory kept alive by
+            // `raw.keep` (held by the Qp); the side tables are boxed and
+            // owned by the Qp; SGEs posted through the safe API are checked
+            // by the device against registered regions before any access,
+            // and scatter-to-CQE is disabled on the pollers.
+            let sq = unsafe {
+                SendQueue::from_raw(
+                    &raw.dv,
+                    raw.qpn,
+                    raw.caps,
+                    SqConfig::default(),
+                    NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+                    sq_wrid.len(),
+                )
+            }?;
+            // SAFETY: as above.
+            let rq = unsafe {
+                RecvQueue::from_raw(
+                    &raw.dv,
+                    &raw.caps,
+                    NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+                    rq_wrid.len(),
+                )
+            }?;
+            Ok::<_, Error>((sq, rq))
+        })();
+        let (mut sq, mut rq) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = b.destroy_qp(raw.qpn);
+                return Err(e);
+            }
+        };
+        sq.set_state(QpState::Reset);
+        rq.set_state(QpState::Reset);
+        Ok(Qp {
+            pd: Arc::clone(&self.inner),
+            _send_cq: Arc::clone(&send_cq.inner),
+            _recv_cq: Arc::clone(&recv_cq.inner),
+            qpn: raw.qpn,
+            caps: raw.caps,
+            sq,
+            rq,
+            _sq_wrid: sq_wrid,
+            _rq_wrid: rq_wrid,
+            _keep: raw.keep,
+        })
+    }
+}
+
+impl<B: Backend> Mr<B> {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.key
+    }
+    /// Remote key (give it to peers that need access).
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+    /// Access flags the region was registered with.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.buf.ptr() as u64
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// An SGE for `len` bytes at `offset` (bounds are checked by the
+    /// device when the WR executes).
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        Sge::new(self.addr().wrapping_add(offset as u64), len, self.key)
+    }
+    /// The remote address of byte `offset`, for a peer.
+    pub fn remote(&self, offset: usize) -> Remote {
+        Remote::new(self.addr().wrapping_add(offset as u64), self.key)
+    }
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf.bytes()[..self.len]
+    }
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut self.buf.bytes_mut()[..len]
+    }
+    /// Reads the 8-byte word at `offset` atomically (host order): for
+    /// counters that peers update with RDMA atomics.
+    pub fn load_u64(&self, offset: usize) -> Option<u64> {
+        if offset % 8 != 0 || offset + 8 > self.len {
+            return None;
+        }
+        // SAFETY: in bounds and 8-aligned (page-aligned base).
+        let a = unsafe { core::sync::atomic::AtomicU64::from_ptr(self.buf.ptr().add(offset).cast()) };
+        Some(a.load(core::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+impl<B: Backend> Drop for Mr<B> {
+    fn drop(&mut self) {
+        // Deregister before the buffer is freed (fields drop after this).
+        let _ = self.pd.b.dereg_mr(self.key);
+    }
+}
+
+impl<B: Backend> Cq<B> {
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.inner.cqn
+    }
+    /// Entries.
+    pub fn depth(&self) -> u32 {
+        self.cq.cqe_cnt()
+    }
+    /// Polls up to `out.len()` completions of the QPs in `route` (one
+    /// [`Qp`], or a slice of `&mut Qp` sharing this CQ). Allocation- and
+    /// lock-free.
+    #[inline]
+    pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        self.cq.poll(route, out)
+    }
+}
+
+impl<B: Backend> Qp<B> {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// Granted capabilities.
+    pub fn caps(&self) -> &QpCaps {
+        &self.caps
+    }
+    /// Current state as this handle knows it (error completions move it to
+    /// ERROR).
+    pub fn state(&self) -> QpState {
+        self.sq.state()
+    }
+    /// Free send-queue space in 64-byte basic blocks.
+    pub fn send_space(&self) -> u32 {
+        self.sq.free_bbs()
+    }
+    /// Connection data to give the peer.
+    pub fn info(&self) -> QpInfo {
+        let p = self.pd.b.port();
+        QpInfo { qpn: self.qpn, psn: 0, lid: p.lid, gid: p.gid, mtu: p.mtu }
+    }
+
+    /// Moves the QP to `m.state` (validated by the device).
+    pub fn modify(&mut self, m: &QpModify) -> Result<()> {
+        self.pd.b.modify_qp(self.qpn, m)?;
+        if m.state == QpState::Reset {
+            self.sq.reset_counters(0);
+            self.rq.reset_counters(0);
+        }
+        self.sq.set_state(m.state);
+        self.rq.set_state(m.state);
+        Ok(())
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote`.
+    pub fn connect(&mut self, remote: &QpInfo, attr: &ConnectAttr) -> Result<()> {
+        let mut m = QpModify::to(QpState::Init);
+        m.access = attr.access;
+        self.modify(&m)?;
+        let mut m = QpModify::to(QpState::Rtr);
+        m.dest_qpn = remote.qpn;
+        self.modify(&m)?;
+        let mut m = QpModify::to(QpState::Rts);
+        m.rnr_retry = attr.rnr_retry;
+        m.retry_cnt = attr.retry_cnt;
+        self.modify(&m)
+    }
+
+    /// Posts send WRs with one doorbell. Stops at the first invalid WR:
+    /// the ones before it are posted, and the error comes with the failed
+    /// WR's index. Nothing is written for the failed WR.
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        // SAFETY: SGEs only reach the device, which checks every one
+        // against registered regions (lkey, bounds, PD, access) before any
+        // access; scatter-to-CQE is disabled on the API's pollers.
+        unsafe { self.sq.post_list(wrs) }
+    }
+
+    /// Posts one send WR and rings the doorbell.
+    #[inline]
+    pub fn post_send_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        // SAFETY: as in `post_send`.
+        unsafe { self.sq.post_one(wr) }
+    }
+
+    /// Posts receive WRs with one doorbell-record update.
+    #[inline]
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        // SAFETY: as in `post_send`.
+        unsafe { self.rq.post_list(wrs) }
+    }
+}
+
+impl<B: Backend> Drop for Qp<B> {
+    fn drop(&mut self) {
+        // Destroy first: the device stops touching the queues; the memory
+        // and side tables are freed afterwards with the fields.
+        let _ = self.pd.b.destroy_qp(self.qpn);
+    }
+}
+
+impl<B: Backend> CqRoute for Qp<B> {
+    #[inline(always)]
+    fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
+        if qpn == self.qpn {
+            Some(QpQueues { sq: &mut self.sq, rq: &mut self.rq })
+        } else {
+            None
+        }
+    }
+}
+
+impl<B: Backend> CqRoute for [&mut Qp<B>] {
+    #[inline]
+    fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
+        self.iter_mut().find(|q| q.qpn == qpn).map(|q| QpQueues { sq: &mut q.sq, rq: &mut q.rq })
+    }
+}

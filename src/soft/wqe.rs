@@ -1,0 +1,202 @@
+//! The software device's own strict parser for mlx5 send and receive WQEs
+//! (reference §A.3–A.6). It never calls the crate's encoder: it reads
+//! bytes, checks every rule, and reports a violation as the syndrome real
+//! hardware would put in the error CQE.
+
+use crate::provider::mlx5::cq::syndrome;
+use crate::provider::mlx5::layout::{opcode, INLINE_SEG, INVALID_LKEY};
+
+/// Largest WQE in bytes (DS is 6 bits).
+pub const MAX_WQE_BYTES: usize = 63 * 16;
+/// Most data segments one WQE can hold.
+pub const MAX_SEGS: usize = 62;
+
+/// One gather/scatter entry read from a WQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Seg {
+    /// Address.
+    pub addr: u64,
+    /// Length (0 means 2 GiB in hardware; rejected here as malformed).
+    pub len: u32,
+    /// Local key.
+    pub lkey: u32,
+}
+
+/// Where a send WQE's local data is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// `n` data segments, stored in [`ParsedSend::segs`].
+    Segs(usize),
+    /// Inline payload: `len` bytes at offset `off` of the linear WQE copy.
+    Inline {
+        /// Offset in the WQE copy.
+        off: usize,
+        /// Length.
+        len: usize,
+    },
+}
+
+/// A validated send WQE.
+#[derive(Clone, Copy, Debug)]
+pub struct ParsedSend {
+    /// mlx5 opcode.
+    pub opcode: u8,
+    /// WQE index from the control segment.
+    pub index: u16,
+    /// DS.
+    pub ds: u32,
+    /// CE = 2: a CQE was requested.
+    pub signaled: bool,
+    /// Solicited event.
+    pub solicited: bool,
+    /// Fence.
+    pub fence: bool,
+    /// Immediate / invalidated rkey (host order).
+    pub imm: u32,
+    /// Remote address and key.
+    pub remote: (u64, u32),
+    /// Atomic (swap_add, compare).
+    pub atomic: (u64, u64),
+    /// Local data.
+    pub local: Local,
+    /// Data segments.
+    pub segs: [Seg; MAX_SEGS],
+}
+
+fn be32(b: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+fn be64(b: &[u8], o: usize) -> u64 {
+    (be32(b, o) as u64) << 32 | be32(b, o + 4) as u64
+}
+
+/// Reads the DS field of a control segment (to know how much to copy).
+pub fn ctrl_ds(ctrl: &[u8; 16]) -> u32 {
+    be32(ctrl, 4) & 0x3f
+}
+
+/// Parses a send WQE copied linearly (ring wrap already undone) into `w`.
+/// `expect_index` and `qpn` must match the control segment.
+pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u8> {
+    const BAD: u8 = syndrome::LOCAL_QP_OP;
+    if w.len() < 16 {
+        return Err(BAD);
+    }
+    let w0 = be32(w, 0);
+    let w1 = be32(w, 4);
+    let ds = w1 & 0x3f;
+    let op = (w0 & 0xff) as u8;
+    if ds == 0 || ds as usize * 16 > w.len() || (w0 >> 24) != 0 {
+        return Err(BAD);
+    }
+    if ((w0 >> 8) & 0xffff) as u16 != expect_index || (w1 >> 8) != qpn || w1 & 0xc0 != 0 {
+        return Err(BAD);
+    }
+    let fm_ce_se = w[11];
+    let ce = (fm_ce_se >> 2) & 3;
+    // Only CE 0 (error only) and CE 2 (always) are used by RC senders.
+    if ce == 1 || ce == 3 || fm_ce_se & 0x11 != 0 {
+        return Err(BAD);
+    }
+    let mut p = ParsedSend {
+        opcode: op,
+        index: expect_index,
+        ds,
+        signaled: ce == 2,
+        solicited: fm_ce_se & 0x02 != 0,
+        fence: fm_ce_se >> 5 != 0,
+        imm: be32(w, 12),
+        remote: (0, 0),
+        atomic: (0, 0),
+        local: Local::Segs(0),
+        segs: [Seg::default(); MAX_SEGS],
+    };
+    let (hdr, may_inline) = match op {
+        opcode::NOP => (1, false),
+        opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => (1, true),
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => (2, true),
+        opcode::RDMA_READ => (2, false),
+        opcode::ATOMIC_CS | opcode::ATOMIC_FA => (3, false),
+        _ => return Err(BAD),
+    };
+    if ds < hdr {
+        return Err(BAD);
+    }
+    if hdr >= 2 {
+        if be32(w, 28) != 0 {
+            return Err(BAD); // raddr reserved word
+        }
+        p.remote = (be64(w, 16), be32(w, 24));
+    }
+    if hdr == 3 {
+        p.atomic = (be64(w, 32), be64(w, 40));
+    }
+    if matches!(op, opcode::SEND | opcode::RDMA_WRITE | opcode::RDMA_READ | opcode::NOP | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
+        && p.imm != 0
+    {
+        return Err(BAD);
+    }
+    let body = hdr as usize * 16;
+    let end = ds as usize * 16;
+    if op == opcode::NOP {
+        return if ds == 1 { Ok(p) } else { Err(BAD) };
+    }
+    if body == end {
+        // No data (zero-length message). Atomics need their data segment.
+        return if hdr == 3 { Err(BAD) } else { Ok(p) };
+    }
+    let first = be32(w, body);
+    if first & INLINE_SEG != 0 {
+        if !may_inline {
+            return Err(BAD);
+        }
+        let len = (first & !INLINE_SEG) as usize;
+        if len == 0 || body + (4 + len).div_ceil(16) * 16 != end {
+            return Err(syndrome::LOCAL_LENGTH);
+        }
+        p.local = Local::Inline { off: body + 4, len };
+        return Ok(p);
+    }
+    let mut n = 0;
+    let mut o = body;
+    while o < end {
+        let len = be32(w, o);
+        let lkey = be32(w, o + 4);
+        if len & INLINE_SEG != 0 || len == 0 || lkey == INVALID_LKEY {
+            return Err(BAD);
+        }
+        p.segs[n] = Seg { addr: be64(w, o + 8), len, lkey };
+        n += 1;
+        o += 16;
+    }
+    if hdr == 3 && (n != 1 || p.segs[0].len != 8) {
+        return Err(BAD);
+    }
+    p.local = Local::Segs(n);
+    Ok(p)
+}
+
+/// Parses a receive WQE (an array of data segments ended by the stride or
+/// an invalid-lkey terminator) into `out`; returns the number of entries.
+pub fn parse_recv(entry: &[u8], out: &mut [Seg]) -> Result<usize, u8> {
+    let mut n = 0;
+    for chunk in entry.chunks_exact(16) {
+        let len = be32(chunk, 0);
+        let lkey = be32(chunk, 4);
+        if lkey == INVALID_LKEY {
+            if len != 0 {
+                return Err(syndrome::LOCAL_QP_OP);
+            }
+            break;
+        }
+        if len & INLINE_SEG != 0 || len == 0 {
+            return Err(syndrome::LOCAL_QP_OP);
+        }
+        if n == out.len() {
+            return Err(syndrome::LOCAL_QP_OP);
+        }
+        out[n] = Seg { addr: be64(chunk, 8), len, lkey };
+        n += 1;
+    }
+    Ok(n)
+}
