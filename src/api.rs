@@ -39,7 +39,9 @@ use std::vec;
 use core::ptr::NonNull;
 
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{CompletionQueue, CqRoute, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, SqConfig, WrSlot};
+use crate::provider::mlx5::{
+    CompletionQueue, CqRoute, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, SqConfig, WrSlot,
+};
 use crate::util::AlignedBuf;
 use crate::wr::{QpCaps, RecvWr, Remote, SendWr, Sge};
 
@@ -115,7 +117,11 @@ impl Backend for crate::soft::SoftDevice {
         "soft"
     }
     fn port(&self) -> PortInfo {
-        PortInfo { lid: 1, gid: [0; 16], mtu: 4096 }
+        PortInfo {
+            lid: 1,
+            gid: [0; 16],
+            mtu: 4096,
+        }
     }
     fn alloc_pd(&self) -> Result<u32> {
         Ok(crate::soft::SoftDevice::alloc_pd(self))
@@ -132,14 +138,23 @@ impl Backend for crate::soft::SoftDevice {
     }
     fn create_cq(&self, depth: u32) -> Result<RawCq> {
         let c = crate::soft::SoftDevice::create_cq(self, depth)?;
-        Ok(RawCq { dv: c.dv, cqn: c.cqn, keep: c.mem })
+        Ok(RawCq {
+            dv: c.dv,
+            cqn: c.cqn,
+            keep: c.mem,
+        })
     }
     fn destroy_cq(&self, cqn: u32) -> Result<()> {
         crate::soft::SoftDevice::destroy_cq(self, cqn)
     }
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
         let q = crate::soft::SoftDevice::create_qp(self, pd, send_cq, recv_cq, init)?;
-        Ok(RawQp { dv: q.dv, qpn: q.qpn, caps: q.caps, keep: q.mem })
+        Ok(RawQp {
+            dv: q.dv,
+            qpn: q.qpn,
+            caps: q.caps,
+            keep: q.mem,
+        })
     }
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         crate::soft::SoftDevice::modify_qp(self, qpn, m)
@@ -151,7 +166,13 @@ impl Backend for crate::soft::SoftDevice {
 
 impl Default for QpInit {
     fn default() -> Self {
-        QpInit { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 }
+        QpInit {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        }
     }
 }
 
@@ -162,7 +183,9 @@ pub struct Device<B: Backend> {
 
 impl<B: Backend> Clone for Device<B> {
     fn clone(&self) -> Self {
-        Device { b: Arc::clone(&self.b) }
+        Device {
+            b: Arc::clone(&self.b),
+        }
     }
 }
 
@@ -245,7 +268,11 @@ pub struct ConnectAttr {
 
 impl Default for ConnectAttr {
     fn default() -> Self {
-        ConnectAttr { access: Access::NONE, rnr_retry: 7, retry_cnt: 7 }
+        ConnectAttr {
+            access: Access::NONE,
+            rnr_retry: 7,
+            retry_cnt: 7,
+        }
     }
 }
 
@@ -280,7 +307,12 @@ impl<B: Backend> Device<B> {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd<B>> {
         let pd = self.b.alloc_pd()?;
-        Ok(Pd { inner: Arc::new(PdInner { b: Arc::clone(&self.b), pd }) })
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                b: Arc::clone(&self.b),
+                pd,
+            }),
+        })
     }
 
     /// Creates a CQ with room for at least `depth` completions.
@@ -291,7 +323,14 @@ impl<B: Backend> Device<B> {
         // the poller exists.
         let mut cq = unsafe { CompletionQueue::from_raw(&raw.dv) }?;
         cq.set_scatter_to_cqe(false);
-        Ok(Cq { inner: Arc::new(CqInner { b: Arc::clone(&self.b), cqn: raw.cqn, _keep: raw.keep }), cq })
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                b: Arc::clone(&self.b),
+                cqn: raw.cqn,
+                _keep: raw.keep,
+            }),
+            cq,
+        })
     }
 }
 
@@ -302,8 +341,18 @@ impl<B: Backend> Pd<B> {
         let buf = AlignedBuf::new(len);
         // SAFETY: `buf` lives in the returned Mr, which deregisters before
         // freeing it (Drop order: key first, then the buffer).
-        let key = unsafe { self.inner.b.reg_mr(self.inner.pd, buf.ptr() as u64, len as u64, access) }?;
-        Ok(Mr { pd: Arc::clone(&self.inner), key, access, buf, len })
+        let key = unsafe {
+            self.inner
+                .b
+                .reg_mr(self.inner.pd, buf.ptr() as u64, len as u64, access)
+        }?;
+        Ok(Mr {
+            pd: Arc::clone(&self.inner),
+            key,
+            access,
+            buf,
+            len,
+        })
     }
 
     /// Creates an RC QP (in RESET) whose sends complete on `send_cq` and
@@ -414,7 +463,8 @@ impl<B: Backend> Mr<B> {
             return None;
         }
         // SAFETY: in bounds and 8-aligned (page-aligned base).
-        let a = unsafe { core::sync::atomic::AtomicU64::from_ptr(self.buf.ptr().add(offset).cast()) };
+        let a =
+            unsafe { core::sync::atomic::AtomicU64::from_ptr(self.buf.ptr().add(offset).cast()) };
         Some(a.load(core::sync::atomic::Ordering::SeqCst))
     }
 }
@@ -465,7 +515,13 @@ impl<B: Backend> Qp<B> {
     /// Connection data to give the peer.
     pub fn info(&self) -> QpInfo {
         let p = self.pd.b.port();
-        QpInfo { qpn: self.qpn, psn: 0, lid: p.lid, gid: p.gid, mtu: p.mtu }
+        QpInfo {
+            qpn: self.qpn,
+            psn: 0,
+            lid: p.lid,
+            gid: p.gid,
+            mtu: p.mtu,
+        }
     }
 
     /// Moves the QP to `m.state` (validated by the device).
@@ -532,7 +588,10 @@ impl<B: Backend> CqRoute for Qp<B> {
     #[inline(always)]
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
         if qpn == self.qpn {
-            Some(QpQueues { sq: &mut self.sq, rq: &mut self.rq })
+            Some(QpQueues {
+                sq: &mut self.sq,
+                rq: &mut self.rq,
+            })
         } else {
             None
         }
@@ -542,6 +601,9 @@ impl<B: Backend> CqRoute for Qp<B> {
 impl<B: Backend> CqRoute for [&mut Qp<B>] {
     #[inline]
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
-        self.iter_mut().find(|q| q.qpn == qpn).map(|q| QpQueues { sq: &mut q.sq, rq: &mut q.rq })
+        self.iter_mut().find(|q| q.qpn == qpn).map(|q| QpQueues {
+            sq: &mut q.sq,
+            rq: &mut q.rq,
+        })
     }
 }

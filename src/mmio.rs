@@ -178,6 +178,7 @@ pub unsafe fn send_doorbell(dbrec_sq: *mut u32, pi: u32, reg: *mut u8, ctrl8: u6
 /// # Safety
 /// As for [`send_doorbell`] and [`blueflame_copy`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // one step of a hardware sequence; a struct would only rename them
 pub unsafe fn send_blueflame(
     dbrec_sq: *mut u32,
     pi: u32,

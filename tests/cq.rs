@@ -86,6 +86,7 @@ fn owner_bit_across_many_wraps() {
     let mut wc = [Wc::default(); 4];
     for i in 0..1000u32 {
         let pi = e.qp.sq.producer();
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { e.qp.sq.post_one(&write_wr(i as u64, SendFlags::SIGNALED)) }.unwrap();
         // Nothing new yet: the slot still holds last pass's CQE (owner of
         // the previous pass) or the initial invalid entry.
@@ -106,6 +107,7 @@ fn stale_owner_is_not_consumed() {
         cqe_cnt: 8,
         ..FakeGeometry::default()
     });
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.sq.post_one(&write_wr(1, SendFlags::SIGNALED)) }.unwrap();
     e.cq.set_consumer_index(8); // second pass expects owner 1
     e.f.write_cqe(0, &req_cqe(0, 0x08, 0)); // owner 0: previous pass
@@ -140,6 +142,7 @@ fn error_cqes_map_every_syndrome() {
     for (synd, status) in table {
         let mut e = env(FakeGeometry::default());
         // Unsignaled: error CQEs are reported anyway.
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { e.qp.sq.post_one(&write_wr(42, SendFlags::NONE)) }.unwrap();
         e.f.write_cqe(0, &err_cqe(0, 13, synd, 0x9a));
         let mut wc = [Wc::default(); 2];
@@ -155,6 +158,7 @@ fn error_cqes_map_every_syndrome() {
     // Responder error consumes a receive.
     let mut e = env(FakeGeometry::default());
     let buf = [Sge::new(0x3000, 64, 3)];
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe {
         e.qp.rq.post_list(&[RecvWr {
             wr_id: 7,
@@ -176,8 +180,10 @@ fn error_cqes_map_every_syndrome() {
 fn unsignaled_run_is_retired_by_one_cqe() {
     let mut e = env(FakeGeometry::default());
     for i in 0..3 {
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { e.qp.sq.post(&write_wr(i, SendFlags::NONE)) }.unwrap();
     }
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.sq.post(&write_wr(3, SendFlags::SIGNALED)) }.unwrap();
     e.qp.sq.ring();
     assert_eq!(e.qp.sq.free_bbs(), 60);
@@ -195,6 +201,7 @@ fn forced_signal_cqe_is_consumed_silently() {
         ..FakeGeometry::default()
     });
     for i in 0..4 {
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { e.qp.sq.post(&write_wr(i, SendFlags::NONE)) }.unwrap();
     }
     e.qp.sq.ring();
@@ -216,6 +223,7 @@ fn responder_opcodes_and_immediates() {
             sges: &b,
         })
         .collect();
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.rq.post_list(&wrs) }.unwrap();
     assert_eq!(e.f.dbrec_rq(), 4);
     e.f.write_cqe(0, &resp_cqe(0, 2, 10, 0, 0));
@@ -257,6 +265,7 @@ fn scatter_to_cqe_32_and_64() {
             Sge::new(a.as_mut_ptr() as u64, 16, 1),
             Sge::new(b.as_mut_ptr() as u64, 128, 1),
         ];
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe {
             e.qp.rq.post_list(&[RecvWr {
                 wr_id: 5,
@@ -300,6 +309,7 @@ fn scatter_to_cqe_requester_read() {
         &sg,
         SendFlags::SIGNALED,
     );
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.sq.post_one(&wr) }.unwrap();
     let mut c = req_cqe(0, 0x10, 20);
     for (i, b) in c[..32].iter_mut().enumerate() {
@@ -318,11 +328,13 @@ fn scatter_to_cqe_requester_read() {
 fn corrupt_cqes_are_rejected_not_followed() {
     let mut e = env(FakeGeometry::default());
     let sges = [Sge::new(0x1000, 1, 1); 4]; // ds 5: a 2-BB WQE
+                                            // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe {
         e.qp.sq
             .post_one(&SendWr::new(1, SendOp::Send, &sges, SendFlags::SIGNALED))
     }
     .unwrap();
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.sq.post_one(&write_wr(2, SendFlags::SIGNALED)) }.unwrap();
     let mut wc = [Wc::default(); 4];
     // wqe_counter naming the middle BB of the first WQE.
@@ -364,6 +376,7 @@ fn corrupt_cqes_are_rejected_not_followed() {
 #[test]
 fn compressed_cqe_is_a_clear_error_and_not_consumed() {
     let mut e = env(FakeGeometry::default());
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { e.qp.sq.post_one(&write_wr(1, SendFlags::SIGNALED)) }.unwrap();
     let mut c = req_cqe(0, 0x08, 0);
     c[63] = 3 << 2;
@@ -379,6 +392,7 @@ fn compressed_cqe_is_a_clear_error_and_not_consumed() {
 fn batch_poll_respects_output_size() {
     let mut e = env(FakeGeometry::default());
     for i in 0..20u32 {
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { e.qp.sq.post(&write_wr(i as u64, SendFlags::SIGNALED)) }.unwrap();
         e.f.write_cqe(i, &req_cqe(i as u16, 0x08, 0));
     }

@@ -71,8 +71,11 @@ fn post_and_poll_allocate_nothing() {
             ),
         ];
         let pi = qp.sq.producer();
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { qp.sq.post_list(&wrs) }.unwrap();
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { qp.sq.post_one(&wrs[0]) }.unwrap();
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe {
             qp.rq.post_list(&[RecvWr {
                 wr_id: round,

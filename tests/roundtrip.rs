@@ -189,6 +189,7 @@ fn run(seed: u64) {
         }
         let before = f.qp_buf.bytes().to_vec();
         let pi = sq.producer();
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         match unsafe { sq.post(&wr) } {
             Ok(()) => {
                 accepted += 1;

@@ -17,6 +17,7 @@ fn write_then_poll() {
         &sge,
         SendFlags::SIGNALED,
     );
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { sq.post_one(&wr).unwrap() };
     assert_eq!(f.dbrec_sq(), 1);
     let d = decode_wqe(f.sq_bytes(), 0).unwrap();

@@ -67,6 +67,7 @@ fn every_slot_every_sge_count() {
                 let pi = high.wrapping_add(start);
                 sq.reset_counters(pi);
                 let wr = SendWr::new(n as u64, SendOp::Send, &sges[..n], SendFlags::SIGNALED);
+                // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
                 unsafe { sq.post_one(&wr) }.unwrap();
                 let ds = 1 + n as u32;
                 let nbb = ds.div_ceil(4);
@@ -110,6 +111,7 @@ fn every_slot_every_inline_length() {
                 &pieces,
                 SendFlags::NONE,
             );
+            // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
             unsafe { sq.post_one(&wr) }.unwrap();
             let ds = 2 + if len == 0 {
                 0
@@ -160,6 +162,7 @@ fn every_slot_every_opcode() {
             let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
             sq.reset_counters(start);
             let sg: &[Sge] = if matches!(op, SendOp::Nop) { &[] } else { &one };
+            // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
             unsafe { sq.post_one(&SendWr::new(1, op, sg, SendFlags::SIGNALED)) }.unwrap();
             check_footprint(&f, start, 1, &case);
             let d = decode_wqe(f.sq_bytes(), start).unwrap();
@@ -175,11 +178,13 @@ fn full_ring_is_refused_without_writing() {
     let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
     let sges = [Sge::new(0x1000, 1, 1); 7]; // ds 8 = 2 BBs
     for i in 0..4 {
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { sq.post(&SendWr::new(i, SendOp::Send, &sges, SendFlags::SIGNALED)) }.unwrap();
     }
     sq.ring();
     assert_eq!(sq.free_bbs(), 0);
     let before = f.qp_buf.bytes().to_vec();
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     let e = unsafe { sq.post(&SendWr::new(9, SendOp::Nop, &[], SendFlags::NONE)) };
     assert_eq!(e, Err(Error::SqFull));
     assert_eq!(f.qp_buf.bytes(), &before[..]);
@@ -187,8 +192,10 @@ fn full_ring_is_refused_without_writing() {
     // One BB free after retiring the first WQE: a 2-BB WQE still does not fit
     // after filling it with a NOP.
     assert!(sq.retire(0).is_some());
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     unsafe { sq.post(&SendWr::new(10, SendOp::Nop, &[], SendFlags::NONE)) }.unwrap();
     assert_eq!(
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { sq.post(&SendWr::new(11, SendOp::Send, &sges, SendFlags::NONE)) },
         Err(Error::SqFull)
     );
@@ -202,12 +209,14 @@ fn state_gates_posting() {
     for s in [QpState::Reset, QpState::Init, QpState::Rtr] {
         sq.set_state(s);
         assert_eq!(
+            // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
             unsafe { sq.post(&SendWr::new(1, SendOp::Nop, &[], SendFlags::NONE)) },
             Err(Error::InvalidQpState)
         );
     }
     rq.set_state(QpState::Reset);
     assert_eq!(
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe {
             rq.post(&RecvWr {
                 wr_id: 1,
@@ -217,6 +226,7 @@ fn state_gates_posting() {
         Err(Error::InvalidQpState)
     );
     rq.set_state(QpState::Init);
+    // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
     assert!(unsafe {
         rq.post(&RecvWr {
             wr_id: 1,
@@ -235,6 +245,7 @@ fn forced_signal_guard() {
     let sge = [Sge::new(0x1000, 8, 1)];
     let mut forced = Vec::new();
     for i in 0..4u32 {
+        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
         unsafe { sq.post(&SendWr::new(i as u64, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
         forced.push(decode_wqe(f.sq_bytes(), i).unwrap().fm_ce_se & 0x0c != 0);
     }

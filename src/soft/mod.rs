@@ -57,7 +57,10 @@ pub struct SoftConfig {
 
 impl Default for SoftConfig {
     fn default() -> Self {
-        SoftConfig { cqe_size: 64, rnr_delay: Duration::from_micros(20) }
+        SoftConfig {
+            cqe_size: 64,
+            rnr_delay: Duration::from_micros(20),
+        }
     }
 }
 
@@ -141,7 +144,13 @@ pub struct QpModify {
 impl QpModify {
     /// A transition to `state` with default attributes.
     pub fn to(state: QpState) -> QpModify {
-        QpModify { state, access: Access::NONE, dest_qpn: 0, rnr_retry: 7, retry_cnt: 7 }
+        QpModify {
+            state,
+            access: Access::NONE,
+            dest_qpn: 0,
+            rnr_retry: 7,
+            retry_cnt: 7,
+        }
     }
 }
 
@@ -315,13 +324,17 @@ impl Engine {
     }
 
     fn cq_mut(&mut self, cqn: u32) -> Option<&mut Cq> {
-        self.cqs.get_mut(cqn.checked_sub(CQN_BASE)? as usize)?.as_mut()
+        self.cqs
+            .get_mut(cqn.checked_sub(CQN_BASE)? as usize)?
+            .as_mut()
     }
 
     /// Writes one CQE with the owner bit of its pass, or reports an
     /// overrun instead of overwriting an entry software has not consumed.
     fn push_cqe(&mut self, cqn: u32, img: &[u8; 64]) -> bool {
-        let Some(cq) = self.cq_mut(cqn) else { return false };
+        let Some(cq) = self.cq_mut(cqn) else {
+            return false;
+        };
         if cq.overrun {
             return false;
         }
@@ -350,7 +363,7 @@ impl Engine {
         true
     }
 
-    fn to_error(&mut self, qi: usize) {
+    fn set_error(&mut self, qi: usize) {
         if let Some(q) = self.qps[qi].as_mut() {
             q.state = QpState::Error;
         }
@@ -418,7 +431,13 @@ impl Engine {
             let mut ctrl = [0u8; 16];
             // SAFETY: the BB at sq_ci is inside the ring and was published
             // by the doorbell record (acquire-loaded above).
-            unsafe { core::ptr::copy_nonoverlapping(q.sq.add(((q.sq_ci & mask) as usize) * 64), ctrl.as_mut_ptr(), 16) };
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    q.sq.add(((q.sq_ci & mask) as usize) * 64),
+                    ctrl.as_mut_ptr(),
+                    16,
+                )
+            };
             let ds = wqe::ctrl_ds(&ctrl);
             let nbb = ds.div_ceil(4);
             let sane = ds != 0 && nbb <= pending && nbb <= q.sq_cnt;
@@ -426,7 +445,13 @@ impl Engine {
             for k in 0..nbb {
                 let bb = (q.sq_ci.wrapping_add(k) & mask) as usize;
                 // SAFETY: as above; `wbuf` holds up to 16 BBs + slack.
-                unsafe { core::ptr::copy_nonoverlapping(q.sq.add(bb * 64), wbuf.as_mut_ptr().add(k as usize * 64), 64) };
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        q.sq.add(bb * 64),
+                        wbuf.as_mut_ptr().add(k as usize * 64),
+                        64,
+                    )
+                };
             }
             let wqe_op = ctrl[3];
             let (qpn, cqn, state) = (q.qpn, q.send_cq, q.state);
@@ -445,7 +470,13 @@ impl Engine {
                 Outcome::Wait | Outcome::Rnr => break,
                 Outcome::Done(bytes) => {
                     if signaled {
-                        let img = cqe_image(cqe_opcode::REQ, (wqe_op as u32) << 24 | qpn, index, bytes, 0);
+                        let img = cqe_image(
+                            cqe_opcode::REQ,
+                            (wqe_op as u32) << 24 | qpn,
+                            index,
+                            bytes,
+                            0,
+                        );
                         self.push_cqe(cqn, &img);
                     }
                 }
@@ -453,7 +484,7 @@ impl Engine {
                     let img = err_image(cqe_opcode::REQ_ERR, wqe_op, qpn, index, s);
                     self.push_cqe(cqn, &img);
                     if state != QpState::Error {
-                        self.to_error(qi);
+                        self.set_error(qi);
                         if s == syndrome::LOCAL_QP_OP || s == syndrome::LOCAL_LENGTH {
                             self.events.push_back(AsyncEvent::QpFatal { qpn });
                         }
@@ -480,7 +511,12 @@ impl Engine {
         }
         let mut hit = None;
         for f in self.faults.iter_mut() {
-            if let Fault::FailNth { qpn: which, nth, syndrome } = f {
+            if let Fault::FailNth {
+                qpn: which,
+                nth,
+                syndrome,
+            } = f
+            {
                 if which.is_none_or(|w| w == qpn) {
                     if *nth == 1 {
                         hit = Some(*syndrome);
@@ -491,7 +527,8 @@ impl Engine {
                 }
             }
         }
-        self.faults.retain(|f| !matches!(f, Fault::FailNth { nth: 0, .. }));
+        self.faults
+            .retain(|f| !matches!(f, Fault::FailNth { nth: 0, .. }));
         hit.map(Outcome::Fail)
     }
 
@@ -528,10 +565,14 @@ impl Engine {
         }
 
         // Local side: gather (SEND/WRITE) or scatter (READ/atomics) list.
-        let mut local: [(*mut u8, usize); wqe::MAX_SEGS] = [(core::ptr::null_mut(), 0); wqe::MAX_SEGS];
+        let mut local: [(*mut u8, usize); wqe::MAX_SEGS] =
+            [(core::ptr::null_mut(), 0); wqe::MAX_SEGS];
         let mut nlocal = 0;
         let mut total: u64 = 0;
-        let writes_local = matches!(p.opcode, opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA);
+        let writes_local = matches!(
+            p.opcode,
+            opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+        );
         match p.local {
             Local::Inline { off, len } => {
                 local[0] = (wbuf[off..].as_ptr() as *mut u8, len);
@@ -539,9 +580,16 @@ impl Engine {
                 total = len as u64;
             }
             Local::Segs(n) => {
-                let need = if writes_local { Access::LOCAL_WRITE } else { Access::NONE };
+                let need = if writes_local {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::NONE
+                };
                 for s in &p.segs[..n] {
-                    let Some(ptr) = self.mrs.check(s.lkey, pd, s.addr, s.len as u64, need, false) else {
+                    let Some(ptr) = self
+                        .mrs
+                        .check(s.lkey, pd, s.addr, s.len as u64, need, false)
+                    else {
                         return Outcome::Fail(syndrome::LOCAL_PROT);
                     };
                     local[nlocal] = (ptr, s.len as usize);
@@ -567,7 +615,11 @@ impl Engine {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                 let (ra, rk) = p.remote;
                 let ok = baccess.contains(Access::REMOTE_WRITE);
-                let Some(dst) = self.mrs.check(rk, bpd, ra, total, Access::REMOTE_WRITE, true).filter(|_| ok) else {
+                let Some(dst) = self
+                    .mrs
+                    .check(rk, bpd, ra, total, Access::REMOTE_WRITE, true)
+                    .filter(|_| ok)
+                else {
                     return Outcome::Fail(syndrome::REMOTE_ACCESS);
                 };
                 if p.opcode == opcode::RDMA_WRITE_IMM {
@@ -577,7 +629,13 @@ impl Engine {
                         Ok((counter, _)) => {
                             // SAFETY: ranges validated against the MR table.
                             unsafe { sg_copy(&local[..nlocal], &[(dst, total as usize)]) };
-                            let img = cqe_image(cqe_opcode::RESP_WR_IMM, bqpn, counter, total as u32, p.imm);
+                            let img = cqe_image(
+                                cqe_opcode::RESP_WR_IMM,
+                                bqpn,
+                                counter,
+                                total as u32,
+                                p.imm,
+                            );
                             self.push_cqe(brecv_cq, &img);
                         }
                     }
@@ -590,7 +648,11 @@ impl Engine {
             opcode::RDMA_READ => {
                 let (ra, rk) = p.remote;
                 let ok = baccess.contains(Access::REMOTE_READ);
-                let Some(srcp) = self.mrs.check(rk, bpd, ra, total, Access::REMOTE_READ, true).filter(|_| ok) else {
+                let Some(srcp) = self
+                    .mrs
+                    .check(rk, bpd, ra, total, Access::REMOTE_READ, true)
+                    .filter(|_| ok)
+                else {
                     return Outcome::Fail(syndrome::REMOTE_ACCESS);
                 };
                 // SAFETY: ranges validated against the MR table.
@@ -603,7 +665,11 @@ impl Engine {
                     return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
                 }
                 let ok = baccess.contains(Access::REMOTE_ATOMIC);
-                let Some(t) = self.mrs.check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true).filter(|_| ok) else {
+                let Some(t) = self
+                    .mrs
+                    .check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true)
+                    .filter(|_| ok)
+                else {
                     return Outcome::Fail(syndrome::REMOTE_ACCESS);
                 };
                 // SAFETY: 8 bytes inside a registered region, 8-aligned;
@@ -614,7 +680,12 @@ impl Engine {
                 let old = if p.opcode == opcode::ATOMIC_FA {
                     cell.fetch_add(swap_add, Ordering::SeqCst)
                 } else {
-                    match cell.compare_exchange(compare, swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+                    match cell.compare_exchange(
+                        compare,
+                        swap_add,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
                         Ok(v) | Err(v) => v,
                     }
                 };
@@ -634,19 +705,33 @@ impl Engine {
                 let mut dst: [(*mut u8, usize); 64] = [(core::ptr::null_mut(), 0); 64];
                 let mut cap: u64 = 0;
                 for (i, s) in rsegs[..n].iter().enumerate() {
-                    let Some(ptr) = self.mrs.check(s.lkey, bpd, s.addr, s.len as u64, Access::LOCAL_WRITE, false) else {
-                        let img = err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
+                    let Some(ptr) = self.mrs.check(
+                        s.lkey,
+                        bpd,
+                        s.addr,
+                        s.len as u64,
+                        Access::LOCAL_WRITE,
+                        false,
+                    ) else {
+                        let img =
+                            err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
                         self.push_cqe(brecv_cq, &img);
-                        self.to_error(bi);
+                        self.set_error(bi);
                         return Outcome::Fail(syndrome::REMOTE_OP);
                     };
                     dst[i] = (ptr, s.len as usize);
                     cap += s.len as u64;
                 }
                 if total > cap {
-                    let img = err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_LENGTH);
+                    let img = err_image(
+                        cqe_opcode::RESP_ERR,
+                        0,
+                        bqpn,
+                        counter,
+                        syndrome::LOCAL_LENGTH,
+                    );
                     self.push_cqe(brecv_cq, &img);
-                    self.to_error(bi);
+                    self.set_error(bi);
                     return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
                 }
                 // SAFETY: ranges validated against the MR table.
@@ -720,7 +805,7 @@ impl Engine {
             Err(s) => {
                 let img = err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, s);
                 self.push_cqe(bcq, &img);
-                self.to_error(bi);
+                self.set_error(bi);
                 Err(Outcome::Fail(syndrome::REMOTE_OP))
             }
         }
@@ -797,7 +882,11 @@ impl SoftDevice {
                 .spawn(move || {
                     let mut idle = 0u32;
                     while !shared.stop.load(Ordering::Relaxed) {
-                        let w = shared.engine.lock().unwrap_or_else(|e| e.into_inner()).pass(Instant::now());
+                        let w = shared
+                            .engine
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .pass(Instant::now());
                         shared.passes.fetch_add(1, Ordering::Relaxed);
                         if w > 0 {
                             idle = 0;
@@ -819,7 +908,12 @@ impl SoftDevice {
 
     /// Stops the device thread, if running.
     pub fn stop(&self) {
-        let h = self.shared.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let h = self
+            .shared
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(h) = h {
             self.shared.stop.store(true, Ordering::Relaxed);
             let _ = h.join();
@@ -886,7 +980,12 @@ impl SoftDevice {
             return Err(Error::InvalidAttribute);
         }
         let mut e = self.engine();
-        if !e.pds.get((pd as usize).wrapping_sub(1)).copied().unwrap_or(false) {
+        if !e
+            .pds
+            .get((pd as usize).wrapping_sub(1))
+            .copied()
+            .unwrap_or(false)
+        {
             return Err(Error::NoSuchObject);
         }
         Ok(e.mrs.insert(pd, addr, len, access))
@@ -925,7 +1024,14 @@ impl SoftDevice {
             }
         };
         let cqn = CQN_BASE + idx as u32;
-        e.cqs[idx] = Some(Cq { mem: Arc::clone(&mem), cnt, size, pi: 0, overrun: false, users: 0 });
+        e.cqs[idx] = Some(Cq {
+            mem: Arc::clone(&mem),
+            cnt,
+            size,
+            pi: 0,
+            overrun: false,
+            users: 0,
+        });
         let dv = Mlx5dvCq {
             buf: mem.buf.ptr(),
             dbrec: mem.dbrec.ptr().cast(),
@@ -941,7 +1047,9 @@ impl SoftDevice {
     /// Destroys a CQ (no QP may use it).
     pub fn destroy_cq(&self, cqn: u32) -> Result<()> {
         let mut e = self.engine();
-        let Some(cq) = e.cq_mut(cqn) else { return Err(Error::NoSuchObject) };
+        let Some(cq) = e.cq_mut(cqn) else {
+            return Err(Error::NoSuchObject);
+        };
         if cq.users != 0 {
             return Err(Error::ResourceBusy);
         }
@@ -968,11 +1076,15 @@ impl SoftDevice {
         }
         // Largest WQE: atomics (64 B), ctrl + raddr + SGEs, or ctrl + raddr +
         // inline header + payload, rounded up to a BB.
-        let wqe = [64, 32 + 16 * init.max_send_sge, 32 + (4 + init.max_inline_data).div_ceil(16) * 16]
-            .into_iter()
-            .max()
-            .expect("non-empty")
-            .next_multiple_of(64);
+        let wqe = [
+            64,
+            32 + 16 * init.max_send_sge,
+            32 + (4 + init.max_inline_data).div_ceil(16) * 16,
+        ]
+        .into_iter()
+        .max()
+        .expect("non-empty")
+        .next_multiple_of(64);
         let sq_cnt = pow2(init.max_send_wr * wqe / 64);
         if sq_cnt > MAX_QUEUE {
             return Err(Error::InvalidAttribute);
@@ -984,7 +1096,10 @@ impl SoftDevice {
         };
         let rq_stride = pow2(16 * caps.max_recv_sge).max(16);
         let rq_cnt = pow2(init.max_recv_wr);
-        let caps = QpCaps { max_recv_sge: rq_stride / 16, ..caps };
+        let caps = QpCaps {
+            max_recv_sge: rq_stride / 16,
+            ..caps
+        };
         let rq_bytes = ((rq_cnt * rq_stride) as usize).next_multiple_of(64);
         let mem = Arc::new(QpMem {
             buf: AlignedBuf::new(rq_bytes + sq_cnt as usize * 64),
@@ -993,7 +1108,12 @@ impl SoftDevice {
             rq_bytes,
         });
         let mut e = self.engine();
-        if !e.pds.get((pd as usize).wrapping_sub(1)).copied().unwrap_or(false) {
+        if !e
+            .pds
+            .get((pd as usize).wrapping_sub(1))
+            .copied()
+            .unwrap_or(false)
+        {
             return Err(Error::NoSuchObject);
         }
         if e.cq_mut(send_cq).is_none() || e.cq_mut(recv_cq).is_none() {
@@ -1060,7 +1180,9 @@ impl SoftDevice {
     /// and both doorbell-record words, like libmlx5, §A.7).
     pub fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         let mut e = self.engine();
-        let Some(i) = e.qp_index(qpn) else { return Err(Error::NoSuchObject) };
+        let Some(i) = e.qp_index(qpn) else {
+            return Err(Error::NoSuchObject);
+        };
         let q = e.qps[i].as_mut().expect("checked");
         match (q.state, m.state) {
             (_, QpState::Reset) => {
@@ -1105,7 +1227,9 @@ impl SoftDevice {
     /// Destroys a QP. The device stops touching its queues at once.
     pub fn destroy_qp(&self, qpn: u32) -> Result<()> {
         let mut e = self.engine();
-        let Some(i) = e.qp_index(qpn) else { return Err(Error::NoSuchObject) };
+        let Some(i) = e.qp_index(qpn) else {
+            return Err(Error::NoSuchObject);
+        };
         let q = e.qps[i].take().expect("checked");
         for cqn in [q.send_cq, q.recv_cq] {
             if let Some(c) = e.cq_mut(cqn) {

@@ -73,7 +73,14 @@ impl MrTable {
             slot.0 = 1;
         }
         let key = idx << 8 | slot.0 as u32;
-        slot.1 = Some(MrEntry { pd, addr, len, access, key, remote_valid: true });
+        slot.1 = Some(MrEntry {
+            pd,
+            addr,
+            len,
+            access,
+            key,
+            remote_valid: true,
+        });
         key
     }
 
@@ -108,7 +115,15 @@ impl MrTable {
     /// Checks that `[addr, addr+len)` lies in region `key` of `pd` with
     /// `need` access; returns the host pointer.
     #[inline]
-    pub fn check(&self, key: u32, pd: u32, addr: u64, len: u64, need: Access, remote: bool) -> Option<*mut u8> {
+    pub fn check(
+        &self,
+        key: u32,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+        remote: bool,
+    ) -> Option<*mut u8> {
         let e = self.get(key)?;
         if e.pd != pd || !e.access.contains(need) || (remote && !e.remote_valid) {
             return None;

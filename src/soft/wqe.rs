@@ -131,8 +131,15 @@ pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u
     if hdr == 3 {
         p.atomic = (be64(w, 32), be64(w, 40));
     }
-    if matches!(op, opcode::SEND | opcode::RDMA_WRITE | opcode::RDMA_READ | opcode::NOP | opcode::ATOMIC_CS | opcode::ATOMIC_FA)
-        && p.imm != 0
+    if matches!(
+        op,
+        opcode::SEND
+            | opcode::RDMA_WRITE
+            | opcode::RDMA_READ
+            | opcode::NOP
+            | opcode::ATOMIC_CS
+            | opcode::ATOMIC_FA
+    ) && p.imm != 0
     {
         return Err(BAD);
     }
@@ -165,7 +172,11 @@ pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u
         if len & INLINE_SEG != 0 || len == 0 || lkey == INVALID_LKEY {
             return Err(BAD);
         }
-        p.segs[n] = Seg { addr: be64(w, o + 8), len, lkey };
+        p.segs[n] = Seg {
+            addr: be64(w, o + 8),
+            len,
+            lkey,
+        };
         n += 1;
         o += 16;
     }
@@ -195,7 +206,11 @@ pub fn parse_recv(entry: &[u8], out: &mut [Seg]) -> Result<usize, u8> {
         if n == out.len() {
             return Err(syndrome::LOCAL_QP_OP);
         }
-        out[n] = Seg { addr: be64(chunk, 8), len, lkey };
+        out[n] = Seg {
+            addr: be64(chunk, 8),
+            len,
+            lkey,
+        };
         n += 1;
     }
     Ok(n)

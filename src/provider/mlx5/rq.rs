@@ -186,10 +186,7 @@ impl RecvQueue {
     ///
     /// # Safety
     /// As for [`RecvQueue::post`].
-    pub unsafe fn post_list(
-        &mut self,
-        wrs: &[RecvWr<'_>],
-    ) -> core::result::Result<(), PostError> {
+    pub unsafe fn post_list(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded.
             if let Err(e) = unsafe { self.post(wr) } {

@@ -609,10 +609,7 @@ impl SendQueue {
     /// # Safety
     /// As for [`SendQueue::post`].
     #[inline]
-    pub unsafe fn post_list(
-        &mut self,
-        wrs: &[SendWr<'_>],
-    ) -> core::result::Result<(), PostError> {
+    pub unsafe fn post_list(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded contract.
             if let Err(e) = unsafe { self.post(wr) } {
