@@ -15,10 +15,13 @@ pub struct AlignedBuf {
 impl AlignedBuf {
     /// `len` zeroed bytes aligned to 4096 (at least 64 bytes are allocated).
     pub fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(64), 4096).expect("buffer size overflows a Layout");
+        let layout =
+            Layout::from_size_align(len.max(64), 4096).expect("buffer size overflows a Layout");
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(p) else { std::alloc::handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         AlignedBuf { ptr, layout }
     }
     /// Base pointer.

@@ -263,14 +263,34 @@ pub fn inline_length(pieces: &[&[u8]]) -> Result<u32> {
     Ok(total as u32)
 }
 
-/// Validates a send WR against the QP's capabilities. Provider-independent
-/// rules only; queue-space and QP-state checks happen in the queue.
-#[inline]
-pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<()> {
-    match wr.payload {
+/// What validation learned about a send WR's local data, so encoders do
+/// not walk the SGE list twice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendShape {
+    /// SGEs with a non-zero length (zero-length entries are skipped by
+    /// encoders); 1 for atomics.
+    pub data_sges: u32,
+    /// Inline payload length (0 for SGE payloads).
+    pub inline_len: u32,
+    /// The payload is inline.
+    pub inline: bool,
+}
+
+/// Validates a send WR against the QP's capabilities in one pass over its
+/// local data. Provider-independent rules only; queue-space and QP-state
+/// checks happen in the queue.
+#[inline(always)]
+pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<SendShape> {
+    let shape = match wr.payload {
         Payload::Sges(sges) => {
             if sges.len() > caps.max_send_sge as usize {
                 return Err(Error::TooManySges);
+            }
+            let mut total: u64 = 0;
+            let mut data = 0u32;
+            for s in sges {
+                total += s.length as u64;
+                data += (s.length != 0) as u32;
             }
             if wr.op.is_atomic() {
                 if sges.len() != 1 || sges[0].length != 8 {
@@ -280,8 +300,13 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<()> {
                 if !sges.is_empty() {
                     return Err(Error::TooManySges);
                 }
-            } else {
-                total_length(sges)?;
+            } else if total > MAX_MESSAGE {
+                return Err(Error::LengthOverflow);
+            }
+            SendShape {
+                data_sges: data,
+                inline_len: 0,
+                inline: false,
             }
         }
         Payload::Inline(pieces) => {
@@ -296,14 +321,19 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<()> {
             if len > caps.max_inline_data {
                 return Err(Error::InlineTooLarge);
             }
+            SendShape {
+                data_sges: 0,
+                inline_len: len,
+                inline: true,
+            }
         }
-    }
+    };
     if let Some(remote) = wr.op.remote() {
         if wr.op.is_atomic() && remote.addr & 7 != 0 {
             return Err(Error::AtomicUnaligned);
         }
     }
-    Ok(())
+    Ok(shape)
 }
 
 /// Validates a receive WR.
@@ -336,7 +366,7 @@ mod tests {
         let wr = SendWr::new(1, SendOp::Send, &s, SendFlags::NONE);
         assert_eq!(validate_send(&wr, &CAPS), Err(Error::TooManySges));
         let wr = SendWr::new(1, SendOp::Send, &s[..2], SendFlags::NONE);
-        assert_eq!(validate_send(&wr, &CAPS), Ok(()));
+        assert!(validate_send(&wr, &CAPS).is_ok());
         let r = RecvWr {
             wr_id: 0,
             sges: &s[..2],
@@ -352,7 +382,7 @@ mod tests {
         let wr = SendWr::inline(1, SendOp::Write { remote: R }, &p, SendFlags::NONE);
         assert_eq!(validate_send(&wr, &CAPS), Err(Error::InlineTooLarge));
         let wr = SendWr::inline(1, SendOp::Write { remote: R }, &p[..1], SendFlags::NONE);
-        assert_eq!(validate_send(&wr, &CAPS), Ok(()));
+        assert!(validate_send(&wr, &CAPS).is_ok());
         for op in [
             SendOp::Read { remote: R },
             SendOp::FetchAdd { remote: R, add: 1 },
@@ -374,7 +404,11 @@ mod tests {
         let fa = SendOp::FetchAdd { remote: R, add: 1 };
         assert_eq!(
             validate_send(&SendWr::new(1, fa, &ok, SendFlags::NONE), &CAPS),
-            Ok(())
+            Ok(SendShape {
+                data_sges: 1,
+                inline_len: 0,
+                inline: false
+            })
         );
         assert_eq!(
             validate_send(&SendWr::new(1, fa, &bad, SendFlags::NONE), &CAPS),

@@ -239,15 +239,45 @@ fn state_gates_posting() {
 
 #[test]
 fn forced_signal_guard() {
-    // 8-BB ring: an unsignaled run reaching half the ring gets CE=2.
+    // 8-BB ring, largest WQE 2 BBs: the guard is half the ring. A doorbell
+    // that leaves an unsignaled run of 4 BBs makes its last WQE request a
+    // CQE, before the WQE is published.
+    let small = QpCaps {
+        max_send_sge: 4,
+        max_inline_data: 60,
+        max_recv_sge: 4,
+    };
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(small, SqConfig::default()).unwrap();
+    let sge = [Sge::new(0x1000, 8, 1)];
+    let ce = |f: &FakeMlx5, slot: u32| decode_wqe(f.sq_bytes(), slot).unwrap().fm_ce_se & 0x0c != 0;
+    for i in 0..3u64 {
+        // SAFETY: fake queue memory; the SGE is never dereferenced.
+        unsafe { sq.post(&SendWr::new(i, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
+    }
+    sq.ring();
+    assert_eq!(
+        (0..3).map(|s| ce(&f, s)).collect::<Vec<_>>(),
+        vec![false; 3]
+    );
+    // SAFETY: as above.
+    unsafe { sq.post_one(&SendWr::new(3, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
+    assert!(
+        ce(&f, 3),
+        "the doorbell that reached the guard forced a CQE"
+    );
+    // The doorbell carried the patched WQE (BlueFlame copies the whole WQE).
+    assert_eq!(f.bf.bytes()[256 + 11] & 0x08, 0x08);
+    // A signaled WR resets the run.
+    // SAFETY: as above.
+    unsafe { sq.post_one(&SendWr::new(4, SendOp::Send, &sge, SendFlags::SIGNALED)) }.unwrap();
+    assert!(sq.retire(4).is_some());
+
+    // When the largest WQE fills the ring, every doorbell with unsignaled
+    // work forces a CQE.
     let mut f = FakeMlx5::new(geo());
     let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
-    let sge = [Sge::new(0x1000, 8, 1)];
-    let mut forced = Vec::new();
-    for i in 0..4u32 {
-        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
-        unsafe { sq.post(&SendWr::new(i as u64, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
-        forced.push(decode_wqe(f.sq_bytes(), i).unwrap().fm_ce_se & 0x0c != 0);
-    }
-    assert_eq!(forced, vec![false, false, false, true]);
+    // SAFETY: as above.
+    unsafe { sq.post_one(&SendWr::new(0, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
+    assert!(ce(&f, 0));
 }

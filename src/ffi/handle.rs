@@ -76,9 +76,9 @@ pub(crate) unsafe fn install<S: HandleStorage>(
 ///
 /// # Safety
 /// `storage` must be NULL or valid for reads and writes of
-/// `size_of::<S>()` bytes,
-/// and the returned reference must be the only one into the storage while
-/// it is used (no concurrent calls on the same handle).
+/// `size_of::<S>()` bytes, and the returned reference must be the only one
+/// into the storage while it is used (no concurrent calls on the same
+/// handle).
 #[inline(always)]
 pub(crate) unsafe fn get<'a, S: HandleStorage>(
     storage: *mut S,

@@ -634,11 +634,11 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post(
         // SAFETY: caller contract on `sq`.
         let queue = try_status!(unsafe { handle::get(sq) });
         try_status!(check_array(wrs, n));
+        let mut pieces = NO_PIECES;
         for i in 0..n {
             // SAFETY: `wrs` is non-NULL, aligned, and points to `n`
             // readable requests (checked / caller contract).
             let wr = unsafe { &*wrs.add(i) };
-            let mut pieces = NO_PIECES;
             // SAFETY: the SGE and payload contract is the caller's.
             let posted = match unsafe { parse_send(wr, &mut pieces) } {
                 // SAFETY: posting contract forwarded from the caller.
@@ -1010,7 +1010,7 @@ mod tests {
         }];
         let w = send_wr(RDD_WR_RDMA_WRITE, RDD_SEND_SIGNALED, &sge);
 
-        // SAFETY (whole test): every pointer is to live memory owned by
+        // SAFETY: (whole test) every pointer is to live memory owned by
         // the test; `f` outlives the handles.
         unsafe {
             // Use before init.

@@ -168,17 +168,19 @@ unsafe fn sge_slice<'a>(list: *const rdd_sge, n: u32, max: usize) -> Result<&'a 
     Ok(unsafe { slice::from_raw_parts(list.cast::<Sge>(), n as usize) })
 }
 
-/// Translates a C send WR. Inline payload slices are stored in `pieces`.
+/// Translates a C send WR. Inline payload slices are stored in `pieces`
+/// (entries past the WR's SGE count are left as they were, so one scratch
+/// array serves a whole batch).
 ///
 /// # Safety
 /// `wr.sg_list` must satisfy [`sge_slice`]; for an inline send every entry
 /// with a non-zero length must point to that many readable bytes, live
 /// for `'a` and not inside the send queue's ring.
 #[inline(always)]
-pub(crate) unsafe fn parse_send<'a>(
+pub(crate) unsafe fn parse_send<'a: 'p, 'p>(
     wr: &'a rdd_wr,
-    pieces: &'a mut InlinePieces<'a>,
-) -> Result<SendWr<'a>, rdd_status> {
+    pieces: &'p mut InlinePieces<'a>,
+) -> Result<SendWr<'p>, rdd_status> {
     if wr.flags & !SendFlags::ALL.0 != 0 {
         return Err(rdd_status::InvalidFlags);
     }
@@ -221,6 +223,7 @@ pub(crate) unsafe fn parse_send<'a>(
     let sges = unsafe { sge_slice(wr.sg_list, wr.num_sge, RDD_WR_MAX_INLINE_SGE) }?;
     for (piece, sge) in pieces.iter_mut().zip(sges) {
         if sge.length == 0 {
+            *piece = &[];
             continue;
         }
         if sge.addr == 0 {
@@ -237,8 +240,8 @@ pub(crate) unsafe fn parse_send<'a>(
         // needs no alignment.
         *piece = unsafe { slice::from_raw_parts(addr as *const u8, sge.length as usize) };
     }
-    let pieces: &'a InlinePieces<'a> = pieces;
-    Ok(SendWr::inline(wr.wr_id, op, &pieces[..sges.len()], flags))
+    let pieces: &'p [&'p [u8]] = &pieces[..sges.len()];
+    Ok(SendWr::inline(wr.wr_id, op, pieces, flags))
 }
 
 /// Translates a C receive WR.
@@ -417,6 +420,45 @@ mod tests {
             parse(&wr(RDD_WR_SEND, RDD_SEND_INLINE, &seventeen[..16])),
             Ok((SendOp::Send, 80, true))
         );
+    }
+
+    #[test]
+    fn scratch_reused_across_a_batch() {
+        let a = *b"abc";
+        let sg3 = [
+            rdd_sge {
+                addr: a.as_ptr() as u64,
+                length: 3,
+                lkey: 0,
+            },
+            rdd_sge {
+                addr: a.as_ptr() as u64,
+                length: 2,
+                lkey: 0,
+            },
+            rdd_sge {
+                addr: a.as_ptr() as u64,
+                length: 1,
+                lkey: 0,
+            },
+        ];
+        let sg1 = [rdd_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }];
+        let w3 = wr(RDD_WR_SEND, RDD_SEND_INLINE, &sg3);
+        let w1 = wr(RDD_WR_SEND, RDD_SEND_INLINE, &sg1);
+        let mut scratch = NO_PIECES;
+        for (w, want) in [(&w3, 6usize), (&w1, 0)] {
+            // SAFETY: the SGEs and payload are live locals.
+            let s = unsafe { parse_send(w, &mut scratch) }.unwrap();
+            let Payload::Inline(p) = s.payload else {
+                panic!("inline expected");
+            };
+            assert_eq!(p.len(), w.num_sge as usize);
+            assert_eq!(p.iter().map(|x| x.len()).sum::<usize>(), want);
+        }
     }
 
     #[test]

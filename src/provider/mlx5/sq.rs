@@ -10,12 +10,11 @@
 use core::ptr::NonNull;
 
 use super::layout::{
-    ctrl_flags, opcode, AtomicSeg, Be32, Be64, CtrlSeg, DataSeg, Mlx5dvQp, RaddrSeg, INLINE_SEG,
-    MAX_DS, SEND_WQE_BB,
+    ctrl_flags, opcode, Be32, CtrlSeg, DataSeg, Mlx5dvQp, INLINE_SEG, MAX_DS, SEND_WQE_BB,
 };
 use crate::error::{Error, PostError, Result};
 use crate::mmio;
-use crate::wr::{Payload, QpCaps, SendFlags, SendOp, SendWr};
+use crate::wr::{Payload, QpCaps, SendOp, SendWr};
 
 /// QP states, as far as the data path cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +118,17 @@ impl Default for SqConfig {
     }
 }
 
+/// What writing one WQE produced, for its doorbell.
+#[derive(Clone, Copy)]
+struct Written {
+    /// First BB.
+    start: u32,
+    /// First 8 bytes (the 8-byte doorbell value).
+    ctrl8: u64,
+    /// DS if the WQE may go by BlueFlame, else 0.
+    bf_ds: u32,
+}
+
 /// An mlx5 send queue over caller-provided memory.
 pub struct SendQueue {
     buf: NonNull<u8>,
@@ -129,26 +139,39 @@ pub struct SendQueue {
     pi: u32,
     /// Everything before this BB counter has completed.
     retired: u32,
+    /// `wqe_cnt` while sends may be posted, 0 otherwise: one compare in the
+    /// hot path covers both the space check and the state check.
+    limit: u32,
     /// Producer counter after the last WQE that requests a CQE.
     last_signaled_end: u32,
+    /// Unsignaled run (in BBs) that forces a CQE at the next doorbell.
+    guard: u32,
     dbrec: NonNull<u32>,
     bf_reg: NonNull<u8>,
     bf_size: u32,
     bf_offset: u32,
-    /// `qpn << 8`, host order.
-    qpn_shifted: u32,
+    /// `qpn << 8` as stored big-endian in the control segment.
+    qpn_raw: u32,
+    /// QP number (host order).
+    qpn: u32,
+    /// `fm_ce_se` bits ORed into every WQE (CQ_UPDATE with `sig_all`).
+    sig_all_bits: u8,
+    /// BlueFlame: largest DS a copy may carry, minus 1 (0: never).
+    bf_ds_limit: u32,
+    /// BlueFlame only for inline WQEs.
+    bf_inline_only: bool,
+    shared_register: bool,
     caps: QpCaps,
-    cfg: SqConfig,
     state: QpState,
     wrid: NonNull<WrSlot>,
     /// WQEs written since the last doorbell.
     batch: u32,
     /// First BB of the last WQE written.
     last_start: u32,
-    /// DS of the last WQE written.
-    last_ds: u32,
-    /// Last WQE was inline.
-    last_inline: bool,
+    /// DS of the last WQE if it may go by BlueFlame, else 0.
+    last_bf_ds: u32,
+    /// First 8 bytes of the last WQE (the 8-byte doorbell value).
+    last_ctrl8: u64,
 }
 
 // SAFETY: the queue owns its ring, side table and doorbell words
@@ -168,6 +191,69 @@ const fn max_ds(caps: &QpCaps) -> u32 {
         atomic
     }
 }
+
+/// `fm_ce_se` for each combination of `IBV_SEND_FENCE` (1), `SIGNALED`
+/// (2) and `SOLICITED` (4) (reference §A.3); the INLINE bit (8) is ignored.
+const FM_CE_SE: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut f = 0;
+    while f < 16 {
+        let mut v = 0u8;
+        if f & 1 != 0 {
+            v |= ctrl_flags::FENCE;
+        }
+        if f & 2 != 0 {
+            v |= ctrl_flags::CQ_UPDATE;
+        }
+        if f & 4 != 0 {
+            v |= ctrl_flags::SOLICITED;
+        }
+        t[f] = v;
+        f += 1;
+    }
+    t
+};
+
+/// Two 32-bit words, already in their in-memory (wire) representation, as
+/// the native 64-bit value with the same memory image (`a` first).
+#[inline(always)]
+const fn pack2(a_raw: u32, b_raw: u32) -> u64 {
+    #[cfg(target_endian = "little")]
+    {
+        a_raw as u64 | (b_raw as u64) << 32
+    }
+    #[cfg(target_endian = "big")]
+    {
+        (a_raw as u64) << 32 | b_raw as u64
+    }
+}
+
+/// The bytes `[0, 0, 0, b]` as a native 32-bit value.
+#[inline(always)]
+const fn byte3(b: u8) -> u32 {
+    u32::from_ne_bytes([0, 0, 0, b])
+}
+
+impl WrSlot {
+    /// The second 8 bytes of a slot (`end`, `start`, `opcode`, `flags`) as
+    /// one native value with the struct's memory image.
+    #[inline(always)]
+    const fn meta(end: u32, start: u16, opcode: u8, flags: u8) -> u64 {
+        let hi = u32::from_ne_bytes({
+            let s = start.to_ne_bytes();
+            [s[0], s[1], opcode, flags]
+        });
+        pack2(end, hi)
+    }
+}
+
+const _: () = {
+    assert!(core::mem::offset_of!(WrSlot, end) == 8);
+    assert!(core::mem::offset_of!(WrSlot, start) == 12);
+    assert!(core::mem::offset_of!(WrSlot, opcode) == 14);
+    assert!(core::mem::offset_of!(WrSlot, flags) == 15);
+    assert!(core::mem::size_of::<WrSlot>() == 16);
+};
 
 impl SendQueue {
     /// Wraps a send queue described by `mlx5dv_init_obj` fields.
@@ -209,40 +295,58 @@ impl SendQueue {
             return Err(Error::InvalidGeometry);
         }
         let mds = max_ds(&caps);
-        if mds > MAX_DS || mds.div_ceil(4) > cnt {
+        let max_nbb = mds.div_ceil(4);
+        if mds > MAX_DS || max_nbb > cnt {
             return Err(Error::InvalidGeometry);
         }
         if wrid_len < cnt as usize {
             return Err(Error::StorageTooSmall);
         }
+        let bf_ds_limit = match cfg.bf_policy {
+            BfPolicy::Never => 0,
+            _ => (qp.bf_size / 16).saturating_sub(1),
+        };
         Ok(SendQueue {
             buf,
             mask: cnt - 1,
             wqe_cnt: cnt,
             pi: 0,
             retired: 0,
+            limit: cnt,
             last_signaled_end: 0,
+            // The unsignaled run that remains after a doorbell is below
+            // `guard`, so with no CQE pending at least `cnt - guard + 1 >
+            // max_nbb` BBs are free: the largest WQE always fits (§A.9).
+            guard: (cnt / 2).min(cnt - max_nbb).max(1),
             // SAFETY: the record has two words (contract); SND_DBR = 1.
             dbrec: unsafe { dbrec.add(super::layout::SND_DBR) },
             bf_reg,
             bf_size: qp.bf_size,
             bf_offset: 0,
-            qpn_shifted: qpn << 8,
+            qpn_raw: (qpn << 8).to_be(),
+            qpn,
+            sig_all_bits: if cfg.sig_all {
+                ctrl_flags::CQ_UPDATE
+            } else {
+                0
+            },
+            bf_ds_limit,
+            bf_inline_only: cfg.bf_policy == BfPolicy::SingleInlineWqe,
+            shared_register: cfg.shared_register,
             caps,
-            cfg,
             state: QpState::Rts,
             wrid,
             batch: 0,
             last_start: 0,
-            last_ds: 0,
-            last_inline: false,
+            last_bf_ds: 0,
+            last_ctrl8: 0,
         })
     }
 
     /// QP number.
     #[inline]
     pub fn qpn(&self) -> u32 {
-        self.qpn_shifted >> 8
+        self.qpn
     }
     /// Ring size in BBs.
     #[inline]
@@ -282,6 +386,7 @@ impl SendQueue {
     /// Records a QP state change made by the control path.
     pub fn set_state(&mut self, s: QpState) {
         self.state = s;
+        self.limit = if s.can_send() { self.wqe_cnt } else { 0 };
     }
     /// Ring base (for the software device and tests).
     #[inline]
@@ -313,34 +418,13 @@ impl SendQueue {
         unsafe { self.buf.as_ptr().add(off) }
     }
 
-    /// Writes one 16-byte segment at octoword `i`.
-    #[inline(always)]
-    fn put<T: Copy>(&mut self, i: u32, seg: T) {
-        debug_assert!(core::mem::size_of::<T>() == 16);
-        // SAFETY: `octo` is inside the ring and 16-aligned (ring is
-        // 64-aligned); all segment types are 16 bytes with align <= 8; the
-        // slot is free (space was checked), so the device is not reading it.
-        unsafe { self.octo(i).cast::<T>().write(seg) }
-    }
-
-    /// Octowords of the data part of a WR (after ctrl/raddr/atomic).
-    #[inline(always)]
-    fn data_ds(wr: &SendWr<'_>) -> Result<(u32, u32)> {
-        match wr.payload {
-            Payload::Sges(sges) => {
-                let mut n = 0u32;
-                for s in sges {
-                    n += (s.length != 0) as u32;
-                }
-                if wr.op.is_atomic() {
-                    n = 1;
-                }
-                Ok((n, 0))
-            }
-            Payload::Inline(pieces) => {
-                let len = crate::wr::inline_length(pieces)?;
-                Ok(((4 + len).div_ceil(16) * (len != 0) as u32, len))
-            }
+    /// Why a WQE of `nbb` BBs cannot be posted (cold: only on refusal).
+    #[cold]
+    fn refusal(&self) -> Error {
+        if self.state.can_send() {
+            Error::SqFull
+        } else {
+            Error::InvalidQpState
         }
     }
 
@@ -355,10 +439,23 @@ impl SendQueue {
     /// [`SendQueue::from_raw`]).
     #[inline(always)]
     pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if !self.state.can_send() {
-            return Err(Error::InvalidQpState);
-        }
-        crate::wr::validate_send(wr, &self.caps)?;
+        // SAFETY: forwarded contract.
+        let w = unsafe { self.write(wr) }?;
+        self.batch += 1;
+        self.last_start = w.start;
+        self.last_ctrl8 = w.ctrl8;
+        self.last_bf_ds = w.bf_ds;
+        Ok(())
+    }
+
+    /// Formats one WQE and advances the producer counter; the doorbell
+    /// bookkeeping is left to the caller.
+    ///
+    /// # Safety
+    /// As for [`SendQueue::post`].
+    #[inline(always)]
+    unsafe fn write(&mut self, wr: &SendWr<'_>) -> Result<Written> {
+        let shape = crate::wr::validate_send(wr, &self.caps)?;
         let (mlx_op, hdr_ds, imm) = match wr.op {
             SendOp::Send => (opcode::SEND, 1, 0),
             SendOp::SendImm { imm } => (opcode::SEND_IMM, 1, imm),
@@ -370,151 +467,158 @@ impl SendQueue {
             SendOp::FetchAdd { .. } => (opcode::ATOMIC_FA, 3, 0),
             SendOp::Nop => (opcode::NOP, 1, 0),
         };
-        let (data_ds, inline_len) = Self::data_ds(wr)?;
+        let data_ds = if shape.inline {
+            if shape.inline_len == 0 {
+                0
+            } else {
+                (4 + shape.inline_len).div_ceil(16)
+            }
+        } else {
+            shape.data_sges
+        };
         let ds = hdr_ds + data_ds;
-        if ds > MAX_DS {
-            return Err(Error::TooManySges);
-        }
+        // Capabilities bound DS by MAX_DS (checked at construction).
         let nbb = (ds + 3) >> 2;
-        if self.pi.wrapping_sub(self.retired) + nbb > self.wqe_cnt {
-            return Err(Error::SqFull);
+        let pi = self.pi;
+        if pi.wrapping_sub(self.retired) + nbb > self.limit {
+            return Err(self.refusal());
         }
 
-        // Completion request. The guard forces a CQE when the run of
-        // unsignaled BBs would reach half the ring, so a full SQ always has
-        // a signaled WQE outstanding and can never stall (§A.9).
-        let end = self.pi.wrapping_add(nbb);
-        let user_sig = wr.flags.contains(SendFlags::SIGNALED) || self.cfg.sig_all;
-        let sig = user_sig || end.wrapping_sub(self.last_signaled_end) >= self.wqe_cnt / 2;
-        if sig {
+        let fm_ce_se = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_all_bits;
+        let user_sig = fm_ce_se & ctrl_flags::CQ_UPDATE != 0;
+        let end = pi.wrapping_add(nbb);
+        if user_sig {
             self.last_signaled_end = end;
         }
-        let mut fm_ce_se = 0u8;
-        if sig {
-            fm_ce_se |= ctrl_flags::CQ_UPDATE;
-        }
-        if wr.flags.contains(SendFlags::SOLICITED) {
-            fm_ce_se |= ctrl_flags::SOLICITED;
-        }
-        if wr.flags.contains(SendFlags::FENCE) {
-            fm_ce_se |= ctrl_flags::FENCE;
-        }
-
-        let start = self.pi;
-        // First octoword; octoword indices run free and are masked on use.
-        let o = start << 2;
-        self.put(
-            o,
-            CtrlSeg {
-                opmod_idx_opcode: Be32::new((start & 0xffff) << 8 | mlx_op as u32),
-                qpn_ds: Be32::new(self.qpn_shifted | ds),
-                signature: 0,
-                dci_stream_channel_id: [0; 2],
-                fm_ce_se,
-                imm: Be32::new(imm),
-            },
+        let ctrl8 = pack2(
+            ((pi & 0xffff) << 8 | mlx_op as u32).to_be(),
+            self.qpn_raw | ds.to_be(),
         );
-        if let Some(remote) = wr.op.remote() {
-            self.put(
-                o.wrapping_add(1),
-                RaddrSeg {
-                    raddr: Be64::new(remote.addr),
-                    rkey: Be32::new(remote.rkey),
-                    reserved: Be32::new(0),
-                },
-            );
-        }
-        match wr.op {
-            SendOp::CompareSwap { compare, swap, .. } => self.put(
-                o.wrapping_add(2),
-                AtomicSeg {
-                    swap_add: Be64::new(swap),
-                    compare: Be64::new(compare),
-                },
-            ),
-            SendOp::FetchAdd { add, .. } => {
-                // Only swap_add is written; `compare` is left as it was
-                // (libmlx5 does the same, reference §A.3).
-                // SAFETY: octoword o+2 is inside the ring and 8-aligned.
-                unsafe {
-                    self.octo(o.wrapping_add(2))
-                        .cast::<Be64>()
-                        .write(Be64::new(add))
-                }
-            }
-            _ => {}
-        }
-        let mut at = o.wrapping_add(hdr_ds);
-        match wr.payload {
-            Payload::Sges(sges) => {
-                if wr.op.is_atomic() {
-                    // Validation guarantees exactly one 8-byte SGE.
-                    let s = sges[0];
-                    self.put(
-                        at,
-                        DataSeg {
-                            byte_count: Be32::new(8),
-                            lkey: Be32::new(s.lkey),
-                            addr: Be64::new(s.addr),
-                        },
-                    );
-                } else {
-                    for s in sges {
-                        if s.length != 0 {
-                            self.put(
-                                at,
-                                DataSeg {
-                                    byte_count: Be32::new(s.length),
-                                    lkey: Be32::new(s.lkey),
-                                    addr: Be64::new(s.addr),
-                                },
-                            );
-                            at = at.wrapping_add(1);
-                        }
-                    }
-                }
-            }
-            Payload::Inline(pieces) => {
-                if inline_len != 0 {
-                    self.write_inline(at, inline_len, pieces);
-                }
-            }
+        let slot = pi & self.mask;
+        if slot + nbb <= self.wqe_cnt {
+            // The common case: the WQE does not wrap, segments are at fixed
+            // offsets from its first BB.
+            // SAFETY: slot < wqe_cnt, so the BB is inside the ring.
+            let base = unsafe { self.buf.as_ptr().add((slot as usize) << 6) };
+            // SAFETY: the WQE's nbb BBs lie inside the ring (checked just
+            // above) and are free (space check); segments are 16-aligned.
+            unsafe {
+                self.write_wqe(wr, &shape, ctrl8, fm_ce_se, imm, hdr_ds, |i| {
+                    base.add(i as usize * 16)
+                })
+            };
+        } else {
+            let o = pi << 2;
+            // SAFETY: every octoword is masked into the ring; the BBs are
+            // free (space check).
+            unsafe {
+                self.write_wqe(wr, &shape, ctrl8, fm_ce_se, imm, hdr_ds, |i| {
+                    self.octo(o.wrapping_add(i))
+                })
+            };
         }
 
         // Side table, indexed by the WQE's first BB.
-        let slot = WrSlot {
-            wr_id: wr.wr_id,
-            end,
-            start: start as u16,
-            opcode: mlx_op,
-            flags: WrSlot::VALID | if user_sig { WrSlot::USER_SIGNALED } else { 0 },
-        };
-        // SAFETY: index <= mask < wqe_cnt <= wrid_len (constructor).
+        let flags = WrSlot::VALID | if user_sig { WrSlot::USER_SIGNALED } else { 0 };
+        // SAFETY: slot <= mask < wqe_cnt <= wrid_len (constructor); the
+        // slot is a 16-byte, 8-aligned WrSlot.
         unsafe {
-            self.wrid
-                .as_ptr()
-                .add((start & self.mask) as usize)
-                .write(slot)
-        };
+            let p = self.wrid.as_ptr().add(slot as usize).cast::<u64>();
+            p.write(wr.wr_id);
+            p.add(1).write(WrSlot::meta(end, pi as u16, mlx_op, flags));
+        }
 
         self.pi = end;
-        self.batch += 1;
-        self.last_start = start;
-        self.last_ds = ds;
-        self.last_inline = matches!(wr.payload, Payload::Inline(_));
-        Ok(())
+        let bf_ds = if shape.inline || !self.bf_inline_only {
+            ds
+        } else {
+            0
+        };
+        Ok(Written {
+            start: pi,
+            ctrl8,
+            bf_ds,
+        })
     }
 
-    /// Writes an inline segment (header + payload) starting at octoword
-    /// `at`; the payload may wrap at the ring end at any byte (§A.2).
-    /// Padding after the payload is not written.
+    /// Writes the segments of a validated WR; `at(i)` is the address of
+    /// octoword `i` of the WQE.
+    ///
+    /// # Safety
+    /// `at(i)` must be a 16-aligned, writable address inside the ring for
+    /// every octoword of the WQE, with the WQE's BBs free.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // the parts of one WQE
+    unsafe fn write_wqe(
+        &self,
+        wr: &SendWr<'_>,
+        shape: &crate::wr::SendShape,
+        ctrl8: u64,
+        fm_ce_se: u8,
+        imm: u32,
+        hdr_ds: u32,
+        at: impl Fn(u32) -> *mut u8,
+    ) {
+        // SAFETY: every address comes from `at`, valid and 16-aligned by the
+        // caller's contract; every store is an aligned 8-byte store.
+        unsafe {
+            let c = at(0).cast::<u64>();
+            c.write(ctrl8);
+            c.add(1).write(pack2(byte3(fm_ce_se), imm.to_be()));
+            if let Some(remote) = wr.op.remote() {
+                let r = at(1).cast::<u64>();
+                r.write(remote.addr.to_be());
+                r.add(1).write(pack2(remote.rkey.to_be(), 0));
+            }
+            match wr.op {
+                SendOp::CompareSwap { compare, swap, .. } => {
+                    let a = at(2).cast::<u64>();
+                    a.write(swap.to_be());
+                    a.add(1).write(compare.to_be());
+                }
+                // Only swap_add is written; `compare` is left as it was
+                // (libmlx5 does the same, reference §A.3).
+                SendOp::FetchAdd { add, .. } => at(2).cast::<u64>().write(add.to_be()),
+                _ => {}
+            }
+            let mut k = hdr_ds;
+            match wr.payload {
+                Payload::Sges(sges) => {
+                    if wr.op.is_atomic() {
+                        // Validation guarantees exactly one 8-byte SGE.
+                        let s = &sges[0];
+                        let d = at(k).cast::<u64>();
+                        d.write(pack2(8u32.to_be(), s.lkey.to_be()));
+                        d.add(1).write(s.addr.to_be());
+                    } else {
+                        for s in sges {
+                            if s.length != 0 {
+                                let d = at(k).cast::<u64>();
+                                d.write(pack2(s.length.to_be(), s.lkey.to_be()));
+                                d.add(1).write(s.addr.to_be());
+                                k += 1;
+                            }
+                        }
+                    }
+                }
+                Payload::Inline(pieces) => {
+                    if shape.inline_len != 0 {
+                        self.write_inline(at(k), shape.inline_len, pieces);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes an inline segment (header + payload) starting at `hdr`; the
+    /// payload may wrap at the ring end at any byte (§A.2). Padding after
+    /// the payload is not written.
     #[inline]
-    fn write_inline(&mut self, at: u32, len: u32, pieces: &[&[u8]]) {
+    fn write_inline(&self, hdr: *mut u8, len: u32, pieces: &[&[u8]]) {
         let ring_bytes = (self.wqe_cnt * SEND_WQE_BB) as usize;
-        let hdr = self.octo(at);
         // SAFETY: the header is 4 bytes at a 16-aligned offset in the ring.
         unsafe { hdr.cast::<Be32>().write(Be32::new(len | INLINE_SEG)) };
-        let mut off = (at & (self.mask << 2 | 3)) as usize * 16 + 4;
+        let mut off = hdr as usize - self.buf.as_ptr() as usize + 4;
         for p in pieces {
             let mut src: &[u8] = p;
             while !src.is_empty() {
@@ -522,9 +626,8 @@ impl SendQueue {
                     off = 0;
                 }
                 let n = core::cmp::min(src.len(), ring_bytes - off);
-                // SAFETY: [off, off+n) lies in the ring; `src` is a valid
-                // slice that cannot overlap the ring (it is borrowed while
-                // the queue is mutably borrowed... and the ring is never
+                // SAFETY: [off, off+n) lies in the ring; `src` is a caller
+                // slice, which cannot overlap the ring (the ring is never
                 // handed out as a slice).
                 unsafe {
                     core::ptr::copy_nonoverlapping(src.as_ptr(), self.buf.as_ptr().add(off), n)
@@ -545,25 +648,41 @@ impl SendQueue {
     /// doorbell record, then either a BlueFlame copy (a single WQE, per the
     /// policy) or one 8-byte doorbell with the last WQE's control bytes.
     /// Does nothing if nothing is pending.
+    ///
+    /// If the run of unsignaled work since the last CQE request has grown
+    /// past the guard, the last WQE is made to request a CQE first (it has
+    /// not been published yet), so the SQ can never fill with work that
+    /// nothing will retire (§A.9). That CQE is consumed by the poller and
+    /// not reported.
     #[inline(always)]
     pub fn ring(&mut self) {
         if self.batch == 0 {
             return;
         }
+        let w = Written {
+            start: self.last_start,
+            ctrl8: self.last_ctrl8,
+            bf_ds: self.last_bf_ds,
+        };
+        let single = self.batch == 1;
+        self.batch = 0;
+        self.ring_last(w, single);
+    }
+
+    /// The doorbell proper, for the WQE `w` written last; `single` if it is
+    /// the only WQE since the previous doorbell.
+    #[inline(always)]
+    fn ring_last(&mut self, w: Written, single: bool) {
+        // guard >= 1, so a zero run never forces.
+        if self.pi.wrapping_sub(self.last_signaled_end) >= self.guard {
+            self.force_signal_last(w.start);
+        }
         // SAFETY: register offset is 0 or bf_size, inside the register pair;
         // see the constructor contract.
         let reg = unsafe { self.bf_reg.as_ptr().add(self.bf_offset as usize) };
-        let use_bf = self.batch == 1
-            && self.bf_size != 0
-            && self.last_ds > 1
-            && self.last_ds * 16 <= self.bf_size
-            && match self.cfg.bf_policy {
-                BfPolicy::Never => false,
-                BfPolicy::SingleWqe => true,
-                BfPolicy::SingleInlineWqe => self.last_inline,
-            };
-        let flush = self.cfg.shared_register;
-        if use_bf {
+        let flush = self.shared_register;
+        // DS in 2..=bf_size/16 (a DS-1 WQE is never copied, §A.7).
+        if single && w.bf_ds.wrapping_sub(2) < self.bf_ds_limit {
             // SAFETY: dbrec/reg/ring validity from the constructor contract;
             // the WQE's BBs are inside the ring modulo mask.
             unsafe {
@@ -572,22 +691,30 @@ impl SendQueue {
                     self.pi,
                     reg,
                     self.buf.as_ptr(),
-                    self.last_start,
-                    (self.last_ds + 3) >> 2,
+                    w.start,
+                    (w.bf_ds + 3) >> 2,
                     self.mask,
                     flush,
                 )
             };
         } else {
-            // SAFETY: the last WQE's first 8 bytes are in the ring and
-            // 8-aligned (BB-aligned).
-            let ctrl8 = unsafe { self.octo(self.last_start << 2).cast::<u64>().read() };
             // SAFETY: constructor contract.
-            unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, ctrl8, flush) };
+            unsafe {
+                mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, self.last_ctrl8, flush)
+            };
         }
         // Step 7: toggle between the two BlueFlame buffers.
         self.bf_offset ^= self.bf_size;
-        self.batch = 0;
+    }
+
+    /// Makes the last written (not yet published) WQE request a CQE.
+    #[cold]
+    fn force_signal_last(&mut self, start: u32) {
+        let o = start << 2;
+        // SAFETY: byte 11 of the last WQE's control segment, inside the
+        // ring; the device has not been told about this WQE yet.
+        unsafe { *self.octo(o).add(11) |= ctrl_flags::CQ_UPDATE };
+        self.last_signaled_end = self.pi;
     }
 
     /// Posts one WR and rings the doorbell for it.
@@ -597,8 +724,11 @@ impl SendQueue {
     #[inline(always)]
     pub unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
         // SAFETY: forwarded contract.
-        unsafe { self.post(wr)? };
-        self.ring();
+        let w = unsafe { self.write(wr) }?;
+        // Earlier un-rung WQEs are covered by this doorbell too.
+        let single = self.batch == 0;
+        self.batch = 0;
+        self.ring_last(w, single);
         Ok(())
     }
 
@@ -627,15 +757,15 @@ impl SendQueue {
     /// retire the wrong work or index out of bounds.
     #[inline(always)]
     pub fn retire(&mut self, wqe_counter: u16) -> Option<Retired> {
-        let outstanding = self.pi.wrapping_sub(self.retired);
-        let dist = (wqe_counter as u32).wrapping_sub(self.retired) & 0xffff;
-        if dist >= outstanding {
+        let retired = self.retired;
+        let dist = (wqe_counter as u32).wrapping_sub(retired) & 0xffff;
+        if dist >= self.pi.wrapping_sub(retired) {
             return None;
         }
-        let start = self.retired.wrapping_add(dist);
+        let start = retired.wrapping_add(dist);
         // SAFETY: index <= mask < wrid_len.
         let slot = unsafe { self.wrid.as_ptr().add((start & self.mask) as usize).read() };
-        if slot.flags & WrSlot::VALID == 0 || slot.start != wqe_counter {
+        if slot.start != wqe_counter || slot.flags & WrSlot::VALID == 0 {
             return None;
         }
         self.retired = slot.end;
