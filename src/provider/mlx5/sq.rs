@@ -740,15 +740,35 @@ impl SendQueue {
     /// As for [`SendQueue::post`].
     #[inline]
     pub unsafe fn post_list(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        // The doorbell bookkeeping stays in locals for the whole batch.
+        let mut last: Option<Written> = None;
+        let mut count = self.batch;
+        let mut failed = None;
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded contract.
-            if let Err(e) = unsafe { self.post(wr) } {
-                self.ring();
-                return Err(PostError { index: i, error: e });
+            match unsafe { self.write(wr) } {
+                Ok(w) => {
+                    last = Some(w);
+                    count += 1;
+                }
+                Err(e) => {
+                    failed = Some(PostError { index: i, error: e });
+                    break;
+                }
             }
         }
-        self.ring();
-        Ok(())
+        match last {
+            Some(w) => {
+                self.batch = 0;
+                self.ring_last(w, count == 1);
+            }
+            // Nothing new; earlier un-rung WQEs still get their doorbell.
+            None => self.ring(),
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Retires the WQE whose first BB has 16-bit index `wqe_counter` and
