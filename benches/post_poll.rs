@@ -1,1 +1,388 @@
-fn main() {}
+//! Post/poll cost benchmark, run by `scripts/bench.sh` under callgrind
+//! (results in `docs/benchmarks.md`).
+//!
+//! Every measured operation lives in an `#[inline(never)]`, `#[no_mangle]`
+//! function (`rdd_post_1`, `rdd_post_16`, `rdd_poll_1`, `rdd_poll_16`,
+//! plus the extra `rdd_post_1_opaque` and `rdd_post_16_opaque`), so that
+//! `valgrind --tool=callgrind --toggle-collect=<name>` counts exactly the
+//! instructions of those calls. Everything that keeps the queues going
+//! (retiring posted work, posting the WRs that polled CQEs complete,
+//! writing CQEs) happens in the driver loops, outside the measured
+//! functions.
+//!
+//! The WR is the shape: RC RDMA_WRITE, 8 bytes, one SGE, signaled,
+//! every field a runtime value read from a [`WriteDesc`] (the C reference
+//! `benches/c/mlx5_ref.c` reads the same struct). Queues live in
+//! [`FakeMlx5`] memory: a 256-BB send queue, a 256-entry CQ of 64-byte
+//! CQEs, 256-byte BlueFlame buffers.
+//!
+//! Usage: `post_poll [BENCH...] [--iters N]`, BENCH one of `post_1`,
+//! `post_16`, `post_bf`, `poll_1`, `poll_16`, `poll_empty`,
+//! `post_1_opaque`, `post_16_opaque` (default: all; `--bench` from
+//! `cargo bench` is ignored). For every bench the program prints
+//! `bench=<bench> fn=<function> calls=<n> ops_per_call=<k>`, then a
+//! wall-clock estimate, which is noisy and secondary: the primary number is
+//! the callgrind instruction count the script computes.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use rdma_direct::provider::mlx5::{BfPolicy, CompletionQueue, Mlx5Qp, SendQueue, SqConfig, Wc};
+use rdma_direct::testutil::{FakeGeometry, FakeMlx5};
+use rdma_direct::{Remote, Result, SendFlags, SendOp, SendWr, Sge};
+
+/// WRs per doorbell in the batched post; CQEs per call in the batched poll.
+const BATCH: usize = 16;
+/// Default number of calls of each measured function.
+const DEFAULT_ITERS: u64 = 10_000;
+/// mlx5 opcode of RDMA_WRITE (reference §A.4), for the CQEs.
+const MLX5_OPCODE_RDMA_WRITE: u32 = 0x08;
+
+/// What the application knows about one RDMA_WRITE (the C reference takes
+/// the same struct).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteDesc {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Local buffer.
+    pub laddr: u64,
+    /// Remote buffer.
+    pub raddr: u64,
+    /// Bytes.
+    pub len: u32,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// `IBV_SEND_*` bits.
+    pub flags: u32,
+}
+
+/// The typed WR, built where it is posted (as application code does).
+#[inline(always)]
+fn post_desc(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
+    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
+    let wr = SendWr::new(
+        d.wr_id,
+        SendOp::Write {
+            remote: Remote::new(d.raddr, d.rkey),
+        },
+        &sge,
+        SendFlags(d.flags),
+    );
+    // SAFETY: the SGE names memory no device touches (the fake device
+    // never reads the ring).
+    unsafe { sq.post(&wr) }
+}
+
+/// One RDMA_WRITE and its doorbell, through `post_one` (the single-WR API).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_post_1(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
+    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
+    let wr = SendWr::new(
+        d.wr_id,
+        SendOp::Write {
+            remote: Remote::new(d.raddr, d.rkey),
+        },
+        &sge,
+        SendFlags(d.flags),
+    );
+    // SAFETY: as in `post_desc`.
+    unsafe { sq.post_one(&wr) }
+}
+
+/// [`BATCH`] RDMA_WRITEs and one doorbell (on an error, what was posted is
+/// rung).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_post_16(sq: &mut SendQueue, ds: &[WriteDesc; BATCH]) -> Result<()> {
+    for d in ds {
+        if let Err(e) = post_desc(sq, d) {
+            sq.ring();
+            return Err(e);
+        }
+    }
+    sq.ring();
+    Ok(())
+}
+
+/// Extra: one WR the compiler cannot see into (a caller-built `SendWr`
+/// behind a pointer, as a C entry point receives it): the generic encoder.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_post_1_opaque(sq: &mut SendQueue, wr: &SendWr<'_>) -> Result<()> {
+    // SAFETY: as in `post_desc`.
+    unsafe { sq.post_one(wr) }
+}
+
+/// Extra: `post_list` over [`BATCH`] opaque WRs.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_post_16_opaque(sq: &mut SendQueue, wrs: &[SendWr<'_>; BATCH]) -> bool {
+    // SAFETY: as in `post_desc`.
+    unsafe { sq.post_list(wrs) }.is_ok()
+}
+
+/// Polls at most one completion.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_poll_1(cq: &mut CompletionQueue, qp: &mut Mlx5Qp, wc: &mut [Wc; 1]) -> Result<usize> {
+    cq.poll(qp, wc)
+}
+
+/// Polls at most [`BATCH`] completions (also run on an empty CQ).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_poll_16(
+    cq: &mut CompletionQueue,
+    qp: &mut Mlx5Qp,
+    wc: &mut [Wc; BATCH],
+) -> Result<usize> {
+    cq.poll(qp, wc)
+}
+
+fn geometry() -> FakeGeometry {
+    FakeGeometry {
+        sq_wqe_cnt: 256,
+        cqe_cnt: 256,
+        bf_size: 256,
+        ..FakeGeometry::default()
+    }
+}
+
+fn new_sq(f: &mut FakeMlx5, bf_policy: BfPolicy) -> SendQueue {
+    let caps = f.caps(4, 60);
+    f.send_queue(
+        caps,
+        SqConfig {
+            bf_policy,
+            ..SqConfig::default()
+        },
+    )
+    .expect("send queue")
+}
+
+fn desc(wr_id: u64) -> WriteDesc {
+    WriteDesc {
+        wr_id,
+        laddr: 0x7f5a_3c00_3000,
+        raddr: 0x7e00_1122_0000,
+        len: 8,
+        lkey: 0x00a1_b2c3,
+        rkey: 0x0bad_cafe,
+        flags: SendFlags::SIGNALED.0,
+    }
+}
+
+/// A successful requester CQE for the WQE at 16-bit index `counter`.
+fn req_cqe(qpn: u32, counter: u16) -> [u8; 64] {
+    let mut c = [0u8; 64];
+    c[56..60].copy_from_slice(&(MLX5_OPCODE_RDMA_WRITE << 24 | qpn).to_be_bytes());
+    c[60..62].copy_from_slice(&counter.to_be_bytes());
+    c
+}
+
+struct Report {
+    bench: &'static str,
+    func: &'static str,
+    calls: u64,
+    ops_per_call: u64,
+    start: Instant,
+}
+
+impl Report {
+    fn done(self) {
+        println!(
+            "bench={} fn={} calls={} ops_per_call={}",
+            self.bench, self.func, self.calls, self.ops_per_call
+        );
+        let ns =
+            self.start.elapsed().as_nanos() as f64 / (self.calls * self.ops_per_call.max(1)) as f64;
+        println!("  wall clock (noisy, includes the driver loop): {ns:.1} ns/op");
+    }
+}
+
+fn bench_post(bench: &'static str, iters: u64, policy: BfPolicy, batch: bool) {
+    let mut f = FakeMlx5::new(geometry());
+    let mut sq = new_sq(&mut f, policy);
+    let start = Instant::now();
+    let mut id = 0u64;
+    for _ in 0..iters {
+        if batch {
+            let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
+            rdd_post_16(black_box(&mut sq), black_box(&ds)).expect("post");
+            id += BATCH as u64;
+        } else {
+            rdd_post_1(black_box(&mut sq), black_box(&desc(id))).expect("post");
+            id += 1;
+        }
+        // Retire everything (outside the measured function).
+        let last = sq.producer().wrapping_sub(1) as u16;
+        sq.retire(last).expect("retire");
+    }
+    let (func, k) = if batch {
+        ("rdd_post_16", BATCH as u64)
+    } else {
+        ("rdd_post_1", 1)
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call: k,
+        start,
+    }
+    .done();
+}
+
+fn bench_post_opaque(bench: &'static str, iters: u64, batch: bool) {
+    let mut f = FakeMlx5::new(geometry());
+    let mut sq = new_sq(&mut f, BfPolicy::Never);
+    let sge = [Sge::new(0x7f5a_3c00_3000, 8, 0x00a1_b2c3)];
+    let start = Instant::now();
+    for i in 0..iters {
+        let wr = SendWr::new(
+            i,
+            SendOp::Write {
+                remote: Remote::new(0x7e00_1122_0000, 0x0bad_cafe),
+            },
+            &sge,
+            SendFlags::SIGNALED,
+        );
+        if batch {
+            let wrs = [wr; BATCH];
+            assert!(rdd_post_16_opaque(black_box(&mut sq), black_box(&wrs)));
+        } else {
+            rdd_post_1_opaque(black_box(&mut sq), black_box(&wr)).expect("post");
+        }
+        let last = sq.producer().wrapping_sub(1) as u16;
+        sq.retire(last).expect("retire");
+    }
+    let (func, k) = if batch {
+        ("rdd_post_16_opaque", BATCH as u64)
+    } else {
+        ("rdd_post_1_opaque", 1)
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call: k,
+        start,
+    }
+    .done();
+}
+
+fn bench_poll(bench: &'static str, iters: u64, per_call: usize) {
+    let mut f = FakeMlx5::new(geometry());
+    let sq = new_sq(&mut f, BfPolicy::Never);
+    let caps = f.caps(4, 60);
+    let rq = f.recv_queue(caps).expect("rq");
+    let mut cq = f.completion_queue().expect("cq");
+    let mut qp = Mlx5Qp { sq, rq };
+    let qpn = qp.sq.qpn();
+    let mut ci = 0u32;
+    let mut id = 0u64;
+    let mut wc1 = [Wc::default(); 1];
+    let mut wc16 = [Wc::default(); BATCH];
+    let start = Instant::now();
+    for _ in 0..iters {
+        // Post the WRs these CQEs complete and write the CQEs (not measured).
+        for _ in 0..per_call {
+            let pi = qp.sq.producer();
+            post_desc(&mut qp.sq, &desc(id)).expect("post");
+            f.write_cqe(ci, &req_cqe(qpn, pi as u16));
+            ci += 1;
+            id += 1;
+        }
+        qp.sq.ring();
+        let n = if per_call == 1 {
+            rdd_poll_1(black_box(&mut cq), black_box(&mut qp), black_box(&mut wc1)).expect("poll")
+        } else {
+            rdd_poll_16(black_box(&mut cq), black_box(&mut qp), black_box(&mut wc16)).expect("poll")
+        };
+        assert_eq!(n, per_call);
+    }
+    let func = if per_call == 1 {
+        "rdd_poll_1"
+    } else {
+        "rdd_poll_16"
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call: per_call as u64,
+        start,
+    }
+    .done();
+}
+
+fn bench_poll_empty(bench: &'static str, iters: u64) {
+    let mut f = FakeMlx5::new(geometry());
+    let sq = new_sq(&mut f, BfPolicy::Never);
+    let caps = f.caps(4, 60);
+    let rq = f.recv_queue(caps).expect("rq");
+    let mut cq = f.completion_queue().expect("cq");
+    let mut qp = Mlx5Qp { sq, rq };
+    let mut wc16 = [Wc::default(); BATCH];
+    let start = Instant::now();
+    for _ in 0..iters {
+        let n = rdd_poll_16(black_box(&mut cq), black_box(&mut qp), black_box(&mut wc16))
+            .expect("poll");
+        assert_eq!(n, 0);
+    }
+    // ops_per_call 1: the unit is one (empty) call.
+    Report {
+        bench,
+        func: "rdd_poll_16",
+        calls: iters,
+        ops_per_call: 1,
+        start,
+    }
+    .done();
+}
+
+fn main() {
+    let mut iters = DEFAULT_ITERS;
+    let mut benches: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--iters" => iters = args.next().and_then(|v| v.parse().ok()).expect("--iters N"),
+            "--bench" => {}
+            _ => benches.push(a),
+        }
+    }
+    let all = [
+        "post_1",
+        "post_16",
+        "post_bf",
+        "poll_1",
+        "poll_16",
+        "poll_empty",
+        "post_1_opaque",
+        "post_16_opaque",
+    ];
+    if benches.is_empty() {
+        benches = all.iter().map(|s| s.to_string()).collect();
+    }
+    for b in &benches {
+        match b.as_str() {
+            "post_1" => bench_post("post_1", iters, BfPolicy::Never, false),
+            "post_16" => bench_post("post_16", iters, BfPolicy::Never, true),
+            "post_bf" => bench_post("post_bf", iters, BfPolicy::SingleWqe, false),
+            "poll_1" => bench_poll("poll_1", iters, 1),
+            "poll_16" => bench_poll("poll_16", iters, BATCH),
+            "poll_empty" => bench_poll_empty("poll_empty", iters),
+            "post_1_opaque" => bench_post_opaque("post_1_opaque", iters, false),
+            "post_16_opaque" => bench_post_opaque("post_16_opaque", iters, true),
+            other => {
+                eprintln!("unknown bench {other}; known: {}", all.join(" "));
+                std::process::exit(2);
+            }
+        }
+    }
+}
