@@ -608,11 +608,15 @@ pub unsafe extern "C" fn rdd_mlx5_sq_fini(sq: *mut rdd_mlx5_sq_storage) -> rdd_s
 /// Stops at the first request that is rejected: the requests before it
 /// are written (pending the doorbell), the rejected one and those after it
 /// are not, and the queue is exactly as if the rejected one had never been
-/// passed. Then `*out_bad_index` is set to its index and its status is
-/// returned (a work-request, queue-state or `INVALID_ARGUMENT` status).
-/// On success and on parameter errors (`NULL_PARAMETER`, `INVALID_HANDLE`,
-/// `INVALID_ARGUMENT` for a misaligned or oversized `wrs`) nothing is
-/// posted and `*out_bad_index` is not written.
+/// passed; its status is returned (a work-request, queue-state or
+/// `INVALID_ARGUMENT` status).
+///
+/// `*out_bad_index` is written exactly when the status is not `OK`,
+/// `NULL_PARAMETER` or `INVALID_HANDLE`: it is the index of the first
+/// request that was not posted (0 when the `wrs` array itself is misaligned
+/// or too large to address, `INVALID_ARGUMENT`). On `OK` all `n` were
+/// posted and it is not written; on `NULL_PARAMETER` and `INVALID_HANDLE`
+/// nothing was posted.
 ///
 /// # Safety
 /// - `sq` as for `rdd_mlx5_sq_fini`; `wrs` points to `n` readable
@@ -633,7 +637,12 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post(
         non_null!(out_bad_index);
         // SAFETY: caller contract on `sq`.
         let queue = try_status!(unsafe { handle::get(sq) });
-        try_status!(check_array(wrs, n));
+        non_null!(wrs);
+        if let Err(status) = check_array(wrs, n) {
+            // SAFETY: non-NULL (checked), valid for a write (contract).
+            unsafe { out_bad_index.write_unaligned(0) };
+            return status;
+        }
         let mut pieces = NO_PIECES;
         for i in 0..n {
             // SAFETY: `wrs` is non-NULL, aligned, and points to `n`
@@ -733,8 +742,9 @@ pub unsafe extern "C" fn rdd_mlx5_rq_fini(rq: *mut rdd_mlx5_rq_storage) -> rdd_s
 /// doorbell record (receives have no MMIO doorbell) before returning.
 ///
 /// Stops at the first rejected request with the same rules as
-/// `rdd_mlx5_sq_post`: the ones before it are posted *and published*,
-/// `*out_bad_index` names it, and the queue is otherwise untouched.
+/// `rdd_mlx5_sq_post` (including when `*out_bad_index` is written): the
+/// ones before it are posted *and published*, and the queue is otherwise
+/// untouched.
 ///
 /// # Safety
 /// - `rq` as for `rdd_mlx5_rq_fini`; `wrs` points to `n` readable
@@ -752,7 +762,12 @@ pub unsafe extern "C" fn rdd_mlx5_rq_post(
         non_null!(out_bad_index);
         // SAFETY: caller contract on `rq`.
         let queue = try_status!(unsafe { handle::get(rq) });
-        try_status!(check_array(wrs, n));
+        non_null!(wrs);
+        if let Err(status) = check_array(wrs, n) {
+            // SAFETY: non-NULL (checked), valid for a write (contract).
+            unsafe { out_bad_index.write_unaligned(0) };
+            return status;
+        }
         let mut result = rdd_status::Ok;
         for i in 0..n {
             // SAFETY: `wrs` is non-NULL, aligned, with `n` readable

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Header drift check for include/rdma_direct.h (style guide 2.8 / CI 2.11.7).
+#
+#   ci/header.sh           regenerate into a temp file, fail on any diff
+#   ci/header.sh --write   regenerate include/rdma_direct.h in place
+#
+# cbindgen is pinned: a different version may format the header
+# differently, so the exact version below is installed if missing.
+# cbindgen runs on src/ffi/mod.rs (single-source mode, following the `mod`
+# declarations under it), so only the C API is scanned; see cbindgen.toml.
+set -euo pipefail
+
+CBINDGEN_VERSION=0.29.2
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+header=include/rdma_direct.h
+
+mode=check
+case "${1:-}" in
+    "") ;;
+    --write) mode=write ;;
+    *) echo "usage: $0 [--write]" >&2; exit 2 ;;
+esac
+
+cbindgen_bin=${CBINDGEN:-cbindgen}
+have=$("$cbindgen_bin" --version 2>/dev/null | awk '{print $2}' || true)
+if [ "$have" != "$CBINDGEN_VERSION" ]; then
+    echo "header.sh: installing cbindgen $CBINDGEN_VERSION (found: ${have:-none})" >&2
+    cargo install cbindgen --version "=$CBINDGEN_VERSION" --locked --force
+    cbindgen_bin="$(cargo_home=${CARGO_HOME:-$HOME/.cargo}; echo "$cargo_home/bin/cbindgen")"
+    have=$("$cbindgen_bin" --version | awk '{print $2}')
+    if [ "$have" != "$CBINDGEN_VERSION" ]; then
+        echo "header.sh: $cbindgen_bin reports version $have, expected $CBINDGEN_VERSION" >&2
+        exit 1
+    fi
+fi
+
+tmp=$(mktemp "${TMPDIR:-/tmp}/rdma_direct.h.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+"$cbindgen_bin" --quiet --config cbindgen.toml --output "$tmp" src/ffi/mod.rs
+
+if [ "$mode" = write ]; then
+    cp "$tmp" "$header"
+    echo "header.sh: wrote $header (cbindgen $CBINDGEN_VERSION)"
+    exit 0
+fi
+
+if [ ! -f "$header" ]; then
+    echo "header.sh: $header is missing; run ci/header.sh --write" >&2
+    exit 1
+fi
+if ! diff -u "$header" "$tmp"; then
+    echo "header.sh: $header is out of date with src/ffi; run ci/header.sh --write and commit it" >&2
+    exit 1
+fi
+echo "header.sh: $header is up to date (cbindgen $CBINDGEN_VERSION)"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test suite of rdma-direct. Installs what it needs first
+# (Debian packages, rustup targets and components, pinned cargo tools), so
+# it works on a fresh machine. Fails loudly on the first failure; never
+# skips a stage silently.
+#
+#   scripts/test.sh            everything
+#   SKIP_INSTALL=1 scripts/test.sh   assume prerequisites are present
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+stage() { printf '\n==== %s ====\n' "$*"; }
+SECONDS=0
+
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+  stage "install prerequisites"
+  bash scripts/install-deps.sh
+fi
+
+stage "format"
+cargo fmt --check
+(cd fuzz && cargo +nightly fmt --check)
+
+stage "clippy (default features, verbs)"
+cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets --features verbs -- -D warnings
+
+stage "no_std core builds"
+cargo build --no-default-features --target x86_64-unknown-none
+cargo build --no-default-features --target aarch64-unknown-none
+
+stage "unit, integration and doc tests (default features)"
+cargo test
+
+stage "tests with verbs (bindgen layout cross-check)"
+cargo test --features verbs --test layout_bindgen
+
+stage "C header is cbindgen's output"
+bash ci/header.sh
+
+stage "C and C++ tests (plain, ASan+UBSan)"
+bash ffi-tests/run.sh
+
+stage "fuzz targets (${FUZZ_SECONDS:=30}s each)"
+FUZZ_SECONDS=$FUZZ_SECONDS bash ci/fuzz.sh
+
+stage "examples and benchmarks build and run"
+cargo run --release --example wqe_tour >/dev/null
+cargo build --release --bench post_poll
+
+echo
+echo "all stages passed in ${SECONDS}s"
