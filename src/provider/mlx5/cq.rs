@@ -172,18 +172,65 @@ pub struct Wc {
 static_assertions::assert_eq_size!(Wc, [u8; 48]);
 
 /// Requester completion per mlx5 WQE opcode (reference §A.8): bits 0..7
-/// the `ibv_wc_opcode`, 8..15 `wc_flags`, 16.. the byte-count rule (0: none,
-/// 1: the CQE's byte count, 2: 8 bytes). NOP and unknown opcodes complete
-/// as SEND.
+/// the `ibv_wc_opcode`, 8..15 `wc_flags`, bit 16 ([`REQ_BYTE_CNT`]) "the
+/// byte length is the CQE's byte count", bits 24..31 a fixed byte length
+/// (8 for atomics). NOP and unknown opcodes complete as SEND.
 const REQ_WC: [u32; 32] = {
     let mut t = [WcOpcode::SEND.0; 32];
     t[opcode::SEND_IMM as usize] = WcOpcode::SEND.0 | wc_flags::WITH_IMM << 8;
     t[opcode::RDMA_WRITE as usize] = WcOpcode::RDMA_WRITE.0;
     t[opcode::RDMA_WRITE_IMM as usize] = WcOpcode::RDMA_WRITE.0 | wc_flags::WITH_IMM << 8;
-    t[opcode::RDMA_READ as usize] = WcOpcode::RDMA_READ.0 | 1 << 16;
-    t[opcode::ATOMIC_CS as usize] = WcOpcode::COMP_SWAP.0 | 2 << 16;
-    t[opcode::ATOMIC_FA as usize] = WcOpcode::FETCH_ADD.0 | 2 << 16;
+    t[opcode::RDMA_READ as usize] = WcOpcode::RDMA_READ.0 | REQ_BYTE_CNT;
+    t[opcode::ATOMIC_CS as usize] = WcOpcode::COMP_SWAP.0 | 8 << 24;
+    t[opcode::ATOMIC_FA as usize] = WcOpcode::FETCH_ADD.0 | 8 << 24;
     t
+};
+
+/// See [`REQ_WC`].
+const REQ_BYTE_CNT: u32 = 1 << 16;
+
+impl Wc {
+    /// Fills a successful requester completion: six aligned 8-byte stores
+    /// of composed words instead of one store per field.
+    #[inline(always)]
+    fn set_requester(&mut self, wr_id: u64, opcode: u32, byte_len: u32, qpn: u32, flags: u32) {
+        #[cfg(target_endian = "little")]
+        {
+            let words = [
+                wr_id,
+                (opcode as u64) << 32,   // status SUCCESS, opcode
+                (byte_len as u64) << 32, // vendor_err 0, byte_len
+                (qpn as u64) << 32,      // imm 0, qp_num
+                (flags as u64) << 32,    // src_qp 0, wc_flags
+                0,                       // pkey, slid, sl, path bits, syndrome
+            ];
+            // SAFETY: Wc is 48 bytes, 8-aligned, with the fields at the
+            // offsets the words above assume (asserted below), and every
+            // bit pattern is a valid Wc.
+            unsafe { (self as *mut Wc).cast::<[u64; 6]>().write(words) };
+        }
+        #[cfg(target_endian = "big")]
+        {
+            *self = Wc {
+                wr_id,
+                opcode: WcOpcode(opcode),
+                byte_len,
+                qp_num: qpn,
+                wc_flags: flags,
+                ..Wc::default()
+            };
+        }
+    }
+}
+
+const _: () = {
+    use core::mem::{align_of, offset_of};
+    assert!(align_of::<Wc>() == 8);
+    assert!(offset_of!(Wc, status) == 8 && offset_of!(Wc, opcode) == 12);
+    assert!(offset_of!(Wc, vendor_err) == 16 && offset_of!(Wc, byte_len) == 20);
+    assert!(offset_of!(Wc, imm_data) == 24 && offset_of!(Wc, qp_num) == 28);
+    assert!(offset_of!(Wc, src_qp) == 32 && offset_of!(Wc, wc_flags) == 36);
+    assert!(offset_of!(Wc, pkey_index) == 40);
 };
 
 /// The send and receive queue of one QP, as the poller sees them.
@@ -376,67 +423,126 @@ impl CompletionQueue {
     /// consumed: [`Error::CqeCompressed`].
     #[inline(always)]
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        // The fast loop makes no calls, so it needs no saved registers; any
+        // entry it does not handle goes to the out-of-line general loop.
+        let (n, ci, done) = self.poll_fast(route, out);
+        if done {
+            self.ci = ci;
+            // SAFETY: constructor contract on the CQ doorbell record.
+            unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
+            return Ok(n);
+        }
+        self.poll_general(route, out, n, ci)
+    }
+
+    /// Address of the 64-byte CQE at consumer index `ci`.
+    #[inline(always)]
+    fn cqe_at(&self, ci: u32) -> *mut u8 {
+        let slot = ((ci & self.mask) as usize) << self.size_shift;
+        // SAFETY: slot < cqe_cnt * cqe_size, and the CQE64 is the last 64
+        // bytes of the slot (cqe_size >= 64).
+        unsafe {
+            self.buf
+                .as_ptr()
+                .add(slot + (1usize << self.size_shift) - 64)
+        }
+    }
+
+    /// Owner-bit test (§A.8): the entry at `ci` belongs to software, with
+    /// its `op_own` byte; `None` if hardware still owns it.
+    #[inline(always)]
+    fn owned(&self, cqe_ptr: *const u8, ci: u32) -> Option<u8> {
+        // SAFETY: byte 63 of a CQE inside the buffer.
+        let op_own = unsafe { mmio::load_op_own(cqe_ptr.add(63)) };
+        if op_own >> 4 == cqe_opcode::INVALID || (op_own as u32 ^ (ci >> self.log_cnt)) & 1 != 0 {
+            return None;
+        }
+        // Order the owner load before the loads of the other fields.
+        mmio::from_device_barrier();
+        Some(op_own)
+    }
+
+    /// Consumes successful requester CQEs without inline data (the common
+    /// case); stops at an empty slot (`done` = true) or at any other entry
+    /// (`done` = false, nothing consumed for it). Each field is read once,
+    /// and the counter is checked by `retire` before it is used.
+    #[inline(always)]
+    fn poll_fast<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+    ) -> (usize, u32, bool) {
         let mut n = 0usize;
         let mut ci = self.ci;
-        let mut result = Ok(());
-        // The CQE64 is the last 64 bytes of each slot.
-        // SAFETY: cqe_size >= 64, so this stays inside the first slot.
-        let base = unsafe { self.buf.as_ptr().add((1usize << self.size_shift) - 64) };
-        let (mask, shift, log_cnt) = (self.mask, self.size_shift, self.log_cnt);
-        let mut stale = 0u64;
-        while let Some(out_slot) = out.get_mut(n) {
+        // Locals: the acquire load of each owner byte would otherwise make
+        // the compiler reload these fields for every entry.
+        let (buf, mask, shift, log_cnt) =
+            (self.buf.as_ptr(), self.mask, self.size_shift, self.log_cnt);
+        // SAFETY: cqe_size >= 64: the CQE64 is the last 64 bytes of a slot.
+        let base = unsafe { buf.add((1usize << shift) - 64) };
+        while n < out.len() {
             // SAFETY: (ci & mask) < cqe_cnt: the CQE is inside the buffer.
             let cqe_ptr = unsafe { base.add(((ci & mask) as usize) << shift) };
-            // SAFETY: byte 63 of the CQE, inside the buffer.
+            // SAFETY: byte 63 of that CQE.
             let op_own = unsafe { mmio::load_op_own(cqe_ptr.add(63)) };
-            let sw_owner = (ci >> log_cnt) & 1;
-            if op_own >> 4 == cqe_opcode::INVALID || (op_own & 1) as u32 != sw_owner {
-                break;
+            // One test for "owned by software, opcode REQ, no inline data"
+            // (the solicited bit, 1, is ignored); anything else leaves the
+            // loop, and only then is "empty" told apart from "other".
+            let owner = (ci >> log_cnt) & 1;
+            if (op_own as u32 ^ owner) & 0xfd != 0 {
+                let empty = op_own >> 4 == cqe_opcode::INVALID
+                    || (op_own as u32 ^ (ci >> log_cnt)) & 1 != 0;
+                return (n, ci, empty);
             }
             mmio::from_device_barrier();
-            if op_own & 0xfc == 0 {
-                // Fast path: a successful requester CQE without inline
-                // data. Each field is read once; the counter is checked by
-                // `retire` before it is used.
-                // SAFETY: the entry belongs to software (owner bit); the
-                // fields are at fixed offsets of the 64-byte CQE, aligned.
-                let (sdq, counter, byte_cnt) = unsafe {
-                    (
-                        u32::from_be(cqe_ptr.add(56).cast::<u32>().read()),
-                        u16::from_be(cqe_ptr.add(60).cast::<u16>().read()),
-                        u32::from_be(cqe_ptr.add(44).cast::<u32>().read()),
-                    )
+            // SAFETY: the entry belongs to software (owner bit); the fields
+            // are at fixed, aligned offsets of the 64-byte CQE.
+            let (sdq, counter, byte_cnt) = unsafe {
+                (
+                    u32::from_be(cqe_ptr.add(56).cast::<u32>().read()),
+                    u16::from_be(cqe_ptr.add(60).cast::<u16>().read()),
+                    u32::from_be(cqe_ptr.add(44).cast::<u32>().read()),
+                )
+            };
+            let qpn = sdq & 0x00ff_ffff;
+            let Some(q) = route.route(qpn) else {
+                return (n, ci, false);
+            };
+            let Some(r) = q.sq.retire(counter) else {
+                return (n, ci, false);
+            };
+            ci = ci.wrapping_add(1);
+            if r.user_signaled {
+                let m = REQ_WC[(r.opcode & 0x1f) as usize];
+                let byte_len = if m & REQ_BYTE_CNT != 0 {
+                    byte_cnt
+                } else {
+                    m >> 24
                 };
-                let qpn = sdq & 0x00ff_ffff;
-                let Some(q) = route.route(qpn) else {
-                    stale += 1;
-                    ci = ci.wrapping_add(1);
-                    continue;
-                };
-                if let Some(r) = q.sq.retire(counter) {
-                    ci = ci.wrapping_add(1);
-                    if r.user_signaled {
-                        let m = REQ_WC[(r.opcode & 0x1f) as usize];
-                        let byte_len = match m >> 16 {
-                            1 => byte_cnt,
-                            2 => 8,
-                            _ => 0,
-                        };
-                        *out_slot = Wc {
-                            wr_id: r.wr_id,
-                            opcode: WcOpcode(m & 0xff),
-                            byte_len,
-                            qp_num: qpn,
-                            wc_flags: (m >> 8) & 0xff,
-                            ..Wc::default()
-                        };
-                        n += 1;
-                    }
-                    continue;
-                }
-                // A counter that names no outstanding WQE: the slow path
-                // reports it.
+                out[n].set_requester(r.wr_id, m & 0xff, byte_len, qpn, (m >> 8) & 0xff);
+                n += 1;
             }
+        }
+        (n, ci, true)
+    }
+
+    /// Every kind of entry, from the first one the fast loop left, then
+    /// the consumer-index update.
+    #[cold]
+    #[inline(never)]
+    fn poll_general<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+        mut n: usize,
+        mut ci: u32,
+    ) -> Result<usize> {
+        let mut result = Ok(());
+        while n < out.len() {
+            let cqe_ptr = self.cqe_at(ci);
+            let Some(op_own) = self.owned(cqe_ptr, ci) else {
+                break;
+            };
             match self.decode(route, op_own, cqe_ptr) {
                 Ok(Step::Out(wc)) => {
                     out[n] = wc;
@@ -456,16 +562,14 @@ impl CompletionQueue {
             }
         }
         self.ci = ci;
-        self.stale += stale;
         // SAFETY: constructor contract on the CQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
         result.map(|()| n)
     }
 
-    /// Everything but the fast path: responder and error CQEs, inline
-    /// data, corrupt entries.
-    #[cold]
-    #[inline(never)]
+    /// Decodes any owned entry: responder and error CQEs, inline data,
+    /// corrupt entries.
+    #[inline(always)]
     fn decode<R: CqRoute + ?Sized>(
         &mut self,
         route: &mut R,
@@ -506,10 +610,10 @@ impl CompletionQueue {
                 let m = REQ_WC[(r.opcode & 0x1f) as usize];
                 wc.opcode = WcOpcode(m & 0xff);
                 wc.wc_flags = (m >> 8) & 0xff;
-                wc.byte_len = match m >> 16 {
-                    1 => c.byte_cnt.get(),
-                    2 => 8,
-                    _ => 0,
+                wc.byte_len = if m & REQ_BYTE_CNT != 0 {
+                    c.byte_cnt.get()
+                } else {
+                    m >> 24
                 };
                 if format != cqe_format::NORMAL {
                     self.scatter_from_cqe(format, cqe_ptr, wc.byte_len, |f| {
