@@ -244,8 +244,34 @@ enum Outcome {
     Wait,
 }
 
+/// Per-WQE working memory, allocated once with the device so executing a
+/// WQE neither allocates nor zeroes large arrays.
+struct Scratch {
+    wbuf: [u8; wqe::MAX_WQE_BYTES + 64],
+    segs: [Seg; wqe::MAX_SEGS],
+    local: [(*mut u8, usize); wqe::MAX_SEGS],
+    rsegs: [Seg; 64],
+    dst: [(*mut u8, usize); 64],
+    entry: [u8; 1024],
+}
+
+impl Scratch {
+    fn new() -> std::boxed::Box<Scratch> {
+        std::boxed::Box::new(Scratch {
+            wbuf: [0; wqe::MAX_WQE_BYTES + 64],
+            segs: [Seg::default(); wqe::MAX_SEGS],
+            local: [(core::ptr::null_mut(), 0); wqe::MAX_SEGS],
+            rsegs: [Seg::default(); 64],
+            dst: [(core::ptr::null_mut(), 0); 64],
+            entry: [0; 1024],
+        })
+    }
+}
+
 /// The device's state, behind one lock.
 struct Engine {
+    /// Taken out while a WQE executes (so `&mut self` stays usable).
+    scratch: Option<std::boxed::Box<Scratch>>,
     cfg: SoftConfig,
     mrs: MrTable,
     qps: Vec<Option<Qp>>,
@@ -413,7 +439,9 @@ impl Engine {
     /// Consumes posted send WQEs of one QP.
     fn run_sq(&mut self, qi: usize, now: Instant) -> usize {
         let mut done = 0;
-        let mut wbuf = [0u8; wqe::MAX_WQE_BYTES + 64];
+        let Some(mut sc) = self.scratch.take() else {
+            return 0;
+        };
         while done < BUDGET_PER_QP {
             let q = self.qps[qi].as_ref().expect("checked");
             if !matches!(q.state, QpState::Rts | QpState::Error) {
@@ -448,7 +476,7 @@ impl Engine {
                 unsafe {
                     core::ptr::copy_nonoverlapping(
                         q.sq.add(bb * 64),
-                        wbuf.as_mut_ptr().add(k as usize * 64),
+                        sc.wbuf.as_mut_ptr().add(k as usize * 64),
                         64,
                     )
                 };
@@ -460,9 +488,10 @@ impl Engine {
             } else if !sane {
                 Outcome::Fail(syndrome::LOCAL_QP_OP)
             } else {
-                match wqe::parse_send(&wbuf[..nbb as usize * 64], index, qpn) {
+                let Scratch { wbuf, segs, .. } = &mut *sc;
+                match wqe::parse_send(&wbuf[..nbb as usize * 64], index, qpn, segs) {
                     Err(s) => Outcome::Fail(s),
-                    Ok(p) => self.execute(qi, &p, &wbuf, now),
+                    Ok(p) => self.execute(qi, &p, &mut sc, now),
                 }
             };
             let signaled = ctrl[11] & 0x0c == 0x08;
@@ -497,6 +526,7 @@ impl Engine {
             q.hold = None;
             done += 1;
         }
+        self.scratch = Some(sc);
         done as usize
     }
 
@@ -533,7 +563,15 @@ impl Engine {
     }
 
     /// Executes one validated WQE of QP `qi` against its peer.
-    fn execute(&mut self, qi: usize, p: &ParsedSend, wbuf: &[u8], now: Instant) -> Outcome {
+    fn execute(&mut self, qi: usize, p: &ParsedSend, sc: &mut Scratch, now: Instant) -> Outcome {
+        let Scratch {
+            wbuf,
+            segs,
+            local,
+            rsegs,
+            dst,
+            entry,
+        } = sc;
         let threaded = self.threaded;
         let steps = self.steps;
         let delay = self.faults.iter().find_map(|f| match *f {
@@ -565,8 +603,6 @@ impl Engine {
         }
 
         // Local side: gather (SEND/WRITE) or scatter (READ/atomics) list.
-        let mut local: [(*mut u8, usize); wqe::MAX_SEGS] =
-            [(core::ptr::null_mut(), 0); wqe::MAX_SEGS];
         let mut nlocal = 0;
         let mut total: u64 = 0;
         let writes_local = matches!(
@@ -585,7 +621,7 @@ impl Engine {
                 } else {
                     Access::NONE
                 };
-                for s in &p.segs[..n] {
+                for s in &segs[..n] {
                     let Some(ptr) = self
                         .mrs
                         .check(s.lkey, pd, s.addr, s.len as u64, need, false)
@@ -624,7 +660,7 @@ impl Engine {
                 };
                 if p.opcode == opcode::RDMA_WRITE_IMM {
                     // Consumes a receive: check before moving data.
-                    match self.take_recv(bi, &mut [], now, rnr_delay, qi) {
+                    match self.take_recv(bi, &mut [], entry, now, rnr_delay, qi) {
                         Err(o) => return o,
                         Ok((counter, _)) => {
                             // SAFETY: ranges validated against the MR table.
@@ -697,12 +733,11 @@ impl Engine {
             }
             _ => {
                 // SEND, SEND_IMM, SEND_INV.
-                let mut rsegs = [Seg::default(); 64];
-                let (counter, n) = match self.take_recv(bi, &mut rsegs, now, rnr_delay, qi) {
-                    Err(o) => return o,
-                    Ok(v) => v,
-                };
-                let mut dst: [(*mut u8, usize); 64] = [(core::ptr::null_mut(), 0); 64];
+                let (counter, n) =
+                    match self.take_recv(bi, &mut rsegs[..], entry, now, rnr_delay, qi) {
+                        Err(o) => return o,
+                        Ok(v) => v,
+                    };
                 let mut cap: u64 = 0;
                 for (i, s) in rsegs[..n].iter().enumerate() {
                     let Some(ptr) = self.mrs.check(
@@ -764,6 +799,7 @@ impl Engine {
         &mut self,
         bi: usize,
         segs: &mut [Seg],
+        entry: &mut [u8; 1024],
         now: Instant,
         rnr_delay: Duration,
         requester: usize,
@@ -784,7 +820,6 @@ impl Engine {
         }
         let slot = (b.rq_ci & (b.rq_cnt - 1)) as usize;
         let stride = b.rq_stride as usize;
-        let mut entry = [0u8; 1024];
         let len = stride.min(entry.len());
         // SAFETY: the entry is inside the RQ ring and was published by the
         // RQ doorbell record (acquire-loaded above).
@@ -822,6 +857,7 @@ impl SoftDevice {
         SoftDevice {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine {
+                    scratch: Some(Scratch::new()),
                     cfg,
                     mrs: MrTable::default(),
                     qps: Vec::new(),

@@ -59,13 +59,16 @@ pub struct ParsedSend {
     pub atomic: (u64, u64),
     /// Local data.
     pub local: Local,
-    /// Data segments.
-    pub segs: [Seg; MAX_SEGS],
 }
 
+#[inline(always)]
 fn be32(b: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    match b.get(o..o + 4) {
+        Some(w) => u32::from_be_bytes([w[0], w[1], w[2], w[3]]),
+        None => 0,
+    }
 }
+#[inline(always)]
 fn be64(b: &[u8], o: usize) -> u64 {
     (be32(b, o) as u64) << 32 | be32(b, o + 4) as u64
 }
@@ -75,9 +78,15 @@ pub fn ctrl_ds(ctrl: &[u8; 16]) -> u32 {
     be32(ctrl, 4) & 0x3f
 }
 
-/// Parses a send WQE copied linearly (ring wrap already undone) into `w`.
-/// `expect_index` and `qpn` must match the control segment.
-pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u8> {
+/// Parses a send WQE copied linearly (ring wrap already undone) into `w`;
+/// its data segments go to `segs`. `expect_index` and `qpn` must match the
+/// control segment.
+pub fn parse_send(
+    w: &[u8],
+    expect_index: u16,
+    qpn: u32,
+    segs: &mut [Seg; MAX_SEGS],
+) -> Result<ParsedSend, u8> {
     const BAD: u8 = syndrome::LOCAL_QP_OP;
     if w.len() < 16 {
         return Err(BAD);
@@ -109,7 +118,6 @@ pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u
         remote: (0, 0),
         atomic: (0, 0),
         local: Local::Segs(0),
-        segs: [Seg::default(); MAX_SEGS],
     };
     let (hdr, may_inline) = match op {
         opcode::NOP => (1, false),
@@ -172,7 +180,7 @@ pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u
         if len & INLINE_SEG != 0 || len == 0 || lkey == INVALID_LKEY {
             return Err(BAD);
         }
-        p.segs[n] = Seg {
+        segs[n] = Seg {
             addr: be64(w, o + 8),
             len,
             lkey,
@@ -180,7 +188,7 @@ pub fn parse_send(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u
         n += 1;
         o += 16;
     }
-    if hdr == 3 && (n != 1 || p.segs[0].len != 8) {
+    if hdr == 3 && (n != 1 || segs[0].len != 8) {
         return Err(BAD);
     }
     p.local = Local::Segs(n);
