@@ -40,8 +40,10 @@ use core::ptr::NonNull;
 
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{
-    CompletionQueue, CqRoute, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, SqConfig, WrSlot,
+    CompletionQueue, CqRoute, CqRouteTo, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, Retired,
+    SendQueue, SharedSendQueue, SharedStorage, SqConfig, SqRetire, WrSlot,
 };
+use crate::sync::AtomicU32;
 use crate::util::AlignedBuf;
 use crate::wr::{QpCaps, RecvWr, Remote, SendWr, Sge};
 
@@ -289,8 +291,14 @@ pub struct Qp<B: Backend> {
     // Side tables the queues point into; boxed so moves keep them put.
     _sq_wrid: Box<[WrSlot]>,
     _rq_wrid: Box<[u64]>,
+    dv: Mlx5dvQp,
     _keep: Arc<dyn Any + Send + Sync>,
 }
+
+// SAFETY: the raw queue descriptor (`dv`) only names memory kept alive by
+// `_keep`; the queues inside are `Send`, and a Qp is used by one thread at
+// a time (`&mut` for every data-path call).
+unsafe impl<B: Backend> Send for Qp<B> {}
 
 impl<B: Backend> Device<B> {
     /// Wraps a backend.
@@ -408,6 +416,7 @@ impl<B: Backend> Pd<B> {
             rq,
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
+            dv: raw.dv,
             _keep: raw.keep,
         })
     }
@@ -605,5 +614,197 @@ impl<B: Backend> CqRoute for [&mut Qp<B>] {
             sq: &mut q.sq,
             rq: &mut q.rq,
         })
+    }
+}
+
+/// A QP whose send queue any number of threads post to at once, without a
+/// lock (`Sync`; share it in an `Arc`). Made by [`Qp::into_shared`]; its
+/// completions are polled through the matching [`SharedQpPoller`].
+pub struct SharedQp<B: Backend> {
+    sq: SharedSendQueue,
+    qpn: u32,
+    pd: Arc<PdInner<B>>,
+    _send_cq: Arc<CqInner<B>>,
+    _recv_cq: Arc<CqInner<B>>,
+    _slots: Box<[WrSlot]>,
+    _ready: Box<[AtomicU32]>,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The completion side of a [`SharedQp`]: it owns the receive queue and the
+/// right to retire send-queue space, and is the route for the CQ(s) the QP
+/// completes on. One per shared QP; keep it on the polling thread.
+pub struct SharedQpPoller<B: Backend> {
+    retire: SharedRetirer<B>,
+    rq: RecvQueue,
+    _rq_wrid: Box<[u64]>,
+}
+
+/// The retire handle inside a [`SharedQpPoller`] (the send-queue side of
+/// its CQ route). There is exactly one per shared QP.
+pub struct SharedRetirer<B: Backend>(Arc<SharedQp<B>>);
+
+impl<B: Backend> SqRetire for SharedRetirer<B> {
+    #[inline(always)]
+    fn retire(&mut self, counter: u16) -> Option<Retired> {
+        // SAFETY: exactly one SharedRetirer exists per shared QP (made once in
+        // `into_shared`, not Clone), so this is the only retirer.
+        unsafe { self.0.sq.retirer() }.retire(counter)
+    }
+    fn for_each_data_seg(&self, start: u32, f: impl FnMut(u64, u32) -> bool) {
+        // SAFETY: as above; this only reads the ring.
+        unsafe { self.0.sq.retirer() }.for_each_data_seg(start, f)
+    }
+    fn set_error(&mut self) {}
+}
+
+impl<B: Backend> Qp<B> {
+    /// Turns a connected QP with no outstanding sends into a shared one:
+    /// a `Sync` posting handle and the poller that owns the completion
+    /// side. Posting is lock-free from any number of threads; doorbells
+    /// coalesce.
+    pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
+        if self.sq.producer() != self.sq.retired() || self.sq.pending() != 0 {
+            return Err(Error::ResourceBusy);
+        }
+        let cnt = self.dv.sq_wqe_cnt as usize;
+        let start = self.sq.producer();
+        let mut slots = vec![WrSlot::default(); cnt].into_boxed_slice();
+        let ready: Box<[AtomicU32]> = (0..cnt).map(|_| AtomicU32::new(start)).collect();
+        let storage = SharedStorage {
+            slots: NonNull::new(slots.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+            ready: NonNull::new(ready.as_ptr() as *mut AtomicU32).ok_or(Error::InvalidGeometry)?,
+            len: cnt,
+        };
+        // SAFETY: the same queue memory the single-owner queue used (kept
+        // alive by `_keep`), which stops being used here; the storage is
+        // boxed and owned by the SharedQp; the SGE argument of the safe API
+        // holds (see `Qp::post_send`).
+        let mut sq = unsafe {
+            SharedSendQueue::from_raw(
+                &self.dv,
+                self.qpn,
+                self.caps,
+                SqConfig::default(),
+                storage,
+                start,
+            )
+        }?;
+        sq.set_state(self.sq.state());
+        // Move the parts out of `self` without running its Drop (which
+        // would destroy the QP).
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: each field is read exactly once and `this` is never used
+        // or dropped afterwards.
+        let (pd, send_cq, recv_cq, rq, rq_wrid, keep, sq_wrid) = unsafe {
+            (
+                core::ptr::read(&this.pd),
+                core::ptr::read(&this._send_cq),
+                core::ptr::read(&this._recv_cq),
+                core::ptr::read(&this.rq),
+                core::ptr::read(&this._rq_wrid),
+                core::ptr::read(&this._keep),
+                core::ptr::read(&this._sq_wrid),
+            )
+        };
+        drop(sq_wrid);
+        let shared = Arc::new(SharedQp {
+            sq,
+            qpn: this.qpn,
+            pd,
+            _send_cq: send_cq,
+            _recv_cq: recv_cq,
+            _slots: slots,
+            _ready: ready,
+            _keep: keep,
+        });
+        let poller = SharedQpPoller {
+            retire: SharedRetirer(Arc::clone(&shared)),
+            rq,
+            _rq_wrid: rq_wrid,
+        };
+        Ok((shared, poller))
+    }
+}
+
+impl<B: Backend> SharedQp<B> {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// Free send-queue space in BBs (a snapshot).
+    pub fn send_space(&self) -> u32 {
+        self.sq.free_bbs()
+    }
+    /// Posts one send WR from any thread. A full queue is
+    /// [`Error::SqFull`]; nothing blocks.
+    #[inline]
+    pub fn post_send_one(&self, wr: &SendWr<'_>) -> Result<()> {
+        // SAFETY: as in `Qp::post_send`: the device checks every SGE.
+        unsafe { self.sq.post(wr) }
+    }
+    /// Posts several send WRs (stops at the first refused one).
+    #[inline]
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        // SAFETY: as in `Qp::post_send`.
+        unsafe { self.sq.post_list(wrs) }
+    }
+}
+
+impl<B: Backend> Drop for SharedQp<B> {
+    fn drop(&mut self) {
+        // The last handle (poller included) is gone: destroy, then free.
+        let _ = self.pd.b.destroy_qp(self.qpn);
+    }
+}
+
+impl<B: Backend> SharedQpPoller<B> {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.retire.0.qpn
+    }
+    /// Posts receive WRs (the receive queue belongs to the poller).
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        // SAFETY: as in `Qp::post_send`.
+        unsafe { self.rq.post_list(wrs) }
+    }
+}
+
+impl<B: Backend> CqRouteTo<SharedRetirer<B>> for SharedQpPoller<B> {
+    #[inline(always)]
+    fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, SharedRetirer<B>>> {
+        if qpn == self.retire.0.qpn {
+            Some(QpQueues {
+                sq: &mut self.retire,
+                rq: &mut self.rq,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+impl<B: Backend> CqRouteTo<SharedRetirer<B>> for [&mut SharedQpPoller<B>] {
+    #[inline]
+    fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, SharedRetirer<B>>> {
+        self.iter_mut()
+            .find(|p| p.retire.0.qpn == qpn)
+            .map(|p| QpQueues {
+                sq: &mut p.retire,
+                rq: &mut p.rq,
+            })
+    }
+}
+
+impl<B: Backend> Cq<B> {
+    /// Polls completions of shared QPs (one [`SharedQpPoller`] or a slice
+    /// of them on this CQ). Allocation- and lock-free.
+    #[inline]
+    pub fn poll_shared<R: CqRouteTo<SharedRetirer<B>> + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+    ) -> Result<usize> {
+        self.cq.poll_to(route, out)
     }
 }

@@ -28,6 +28,11 @@ pub mod error;
 pub mod ffi;
 pub mod mmio;
 pub mod provider;
+/// Lock-free ring algorithms (multi-producer posting, submission rings),
+/// model-checked with loom.
+pub mod ring;
+/// The loom/core synchronisation shim.
+pub(crate) mod sync;
 /// bindgen of the system `infiniband/mlx5dv.h`, for layout cross-checks.
 #[cfg(feature = "verbs")]
 pub mod sys;

@@ -12,7 +12,7 @@ use super::layout::{
     cqe_format, cqe_opcode, opcode, Cqe64, Mlx5dvCq, CQ_ARM_DB, CQ_DOORBELL, CQ_SET_CI,
 };
 use super::rq::RecvQueue;
-use super::sq::{QpState, SendQueue};
+use super::sq::{QpState, Retired, SendQueue};
 use crate::error::{Error, Result};
 use crate::mmio;
 
@@ -233,10 +233,38 @@ const _: () = {
     assert!(offset_of!(Wc, pkey_index) == 40);
 };
 
+/// What the completion poller needs from a send queue: in-order
+/// retirement, the WQE's local buffers (for scatter-to-CQE) and the error
+/// state. Implemented by the single-owner [`SendQueue`] and by the retire
+/// handle of a [`super::shared::SharedSendQueue`].
+pub trait SqRetire {
+    /// Retires the WQE at 16-bit index `counter` and everything before it
+    /// (see [`SendQueue::retire`]).
+    fn retire(&mut self, counter: u16) -> Option<Retired>;
+    /// Calls `f(addr, len)` for the local data segments of the READ or
+    /// atomic WQE at BB `start`.
+    fn for_each_data_seg(&self, start: u32, f: impl FnMut(u64, u32) -> bool);
+    /// Records that the QP entered the error state.
+    fn set_error(&mut self);
+}
+
+impl SqRetire for SendQueue {
+    #[inline(always)]
+    fn retire(&mut self, counter: u16) -> Option<Retired> {
+        SendQueue::retire(self, counter)
+    }
+    fn for_each_data_seg(&self, start: u32, f: impl FnMut(u64, u32) -> bool) {
+        SendQueue::for_each_data_seg(self, start, f)
+    }
+    fn set_error(&mut self) {
+        self.set_state(QpState::Error);
+    }
+}
+
 /// The send and receive queue of one QP, as the poller sees them.
-pub struct QpQueues<'q> {
-    /// Send queue.
-    pub sq: &'q mut SendQueue,
+pub struct QpQueues<'q, S: ?Sized = SendQueue> {
+    /// Send queue (or its retire handle).
+    pub sq: &'q mut S,
     /// Receive queue.
     pub rq: &'q mut RecvQueue,
 }
@@ -245,6 +273,20 @@ pub struct QpQueues<'q> {
 pub trait CqRoute {
     /// The queues of QP `qpn`, if this route owns it.
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>>;
+}
+
+/// The general form of [`CqRoute`]: routes to any kind of send queue
+/// ([`SqRetire`]). Every [`CqRoute`] is a `CqRouteTo<SendQueue>`.
+pub trait CqRouteTo<S: SqRetire + ?Sized> {
+    /// The queues of QP `qpn`, if this route owns it.
+    fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, S>>;
+}
+
+impl<R: CqRoute + ?Sized> CqRouteTo<SendQueue> for R {
+    #[inline(always)]
+    fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, SendQueue>> {
+        self.route(qpn)
+    }
 }
 
 /// One QP's queues: the route for a CQ that serves a single QP.
@@ -423,6 +465,17 @@ impl CompletionQueue {
     /// consumed: [`Error::CqeCompressed`].
     #[inline(always)]
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        self.poll_to::<SendQueue, R>(route, out)
+    }
+
+    /// [`CompletionQueue::poll`] for routes to any kind of send queue (for
+    /// example shared, multi-producer ones).
+    #[inline(always)]
+    pub fn poll_to<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+    ) -> Result<usize> {
         // The fast loop makes no calls, so it needs no saved registers; any
         // entry it does not handle goes to the out-of-line general loop.
         let (n, ci, done) = self.poll_fast(route, out);
@@ -467,7 +520,7 @@ impl CompletionQueue {
     /// (`done` = false, nothing consumed for it). Each field is read once,
     /// and the counter is checked by `retire` before it is used.
     #[inline(always)]
-    fn poll_fast<R: CqRoute + ?Sized>(
+    fn poll_fast<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
         &mut self,
         route: &mut R,
         out: &mut [Wc],
@@ -505,7 +558,7 @@ impl CompletionQueue {
                 )
             };
             let qpn = sdq & 0x00ff_ffff;
-            let Some(q) = route.route(qpn) else {
+            let Some(q) = route.route_to(qpn) else {
                 return (n, ci, false);
             };
             let Some(r) = q.sq.retire(counter) else {
@@ -530,7 +583,7 @@ impl CompletionQueue {
     /// the consumer-index update.
     #[cold]
     #[inline(never)]
-    fn poll_general<R: CqRoute + ?Sized>(
+    fn poll_general<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
         &mut self,
         route: &mut R,
         out: &mut [Wc],
@@ -570,7 +623,7 @@ impl CompletionQueue {
     /// Decodes any owned entry: responder and error CQEs, inline data,
     /// corrupt entries.
     #[inline(always)]
-    fn decode<R: CqRoute + ?Sized>(
+    fn decode<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
         &mut self,
         route: &mut R,
         op_own: u8,
@@ -592,7 +645,7 @@ impl CompletionQueue {
         let sdq = c.sop_drop_qpn.get();
         let qpn = sdq & 0x00ff_ffff;
         let counter = c.wqe_counter.get();
-        let Some(q) = route.route(qpn) else {
+        let Some(q) = route.route_to(qpn) else {
             self.stale += 1;
             return Ok(Step::Skip);
         };
@@ -689,7 +742,7 @@ impl CompletionQueue {
                 }
                 // The hardware has moved the QP to the error state; later
                 // WQEs will complete with flush errors.
-                q.sq.set_state(QpState::Error);
+                q.sq.set_error();
                 q.rq.set_state(QpState::Error);
             }
             _ => return Err(Error::CqeCorrupt),

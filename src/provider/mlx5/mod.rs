@@ -4,9 +4,13 @@
 pub mod cq;
 pub mod layout;
 pub mod rq;
+pub mod shared;
 pub mod sq;
 
-pub use cq::{CompletionQueue, CqRoute, Mlx5Qp, QpQueues, Wc, WcOpcode, WcStatus};
+pub use cq::{
+    CompletionQueue, CqRoute, CqRouteTo, Mlx5Qp, QpQueues, SqRetire, Wc, WcOpcode, WcStatus,
+};
 pub use layout::{Mlx5dvCq, Mlx5dvQp};
 pub use rq::RecvQueue;
+pub use shared::{SharedSendQueue, SharedStorage, SqRetirer};
 pub use sq::{BfPolicy, QpState, Retired, SendQueue, SqConfig, WrSlot};

@@ -118,6 +118,22 @@ impl Default for SqConfig {
     }
 }
 
+/// A validated WR's WQE: what [`SendQueue::emit`] writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    mlx_op: u8,
+    hdr_ds: u32,
+    imm: u32,
+    /// DS (octowords).
+    pub(crate) ds: u32,
+    /// Basic blocks.
+    pub(crate) nbb: u32,
+    fm_ce_se: u8,
+    /// A completion was asked for.
+    pub(crate) user_sig: bool,
+    shape: crate::wr::SendShape,
+}
+
 /// What writing one WQE produced, for its doorbell.
 #[derive(Clone, Copy)]
 struct Written {
@@ -410,6 +426,28 @@ impl SendQueue {
         self.bf_offset = if off != 0 { self.bf_size } else { 0 };
     }
 
+    /// Largest WQE this queue builds, in BBs.
+    pub(crate) fn max_wqe_bbs(&self) -> u32 {
+        max_ds(&self.caps).div_ceil(4)
+    }
+    /// Unsignaled run (BBs) that forces a CQE at the next doorbell.
+    pub(crate) fn signal_guard(&self) -> u32 {
+        self.guard
+    }
+    /// The SQ doorbell-record word.
+    pub(crate) fn dbrec_sq(&self) -> NonNull<u32> {
+        self.dbrec
+    }
+    /// The doorbell register pair.
+    pub(crate) fn bf_reg(&self) -> NonNull<u8> {
+        self.bf_reg
+    }
+    /// Pointer to octoword `i` (mod ring) of the ring.
+    #[inline(always)]
+    pub(crate) fn octo_ptr(&self, i: u32) -> *mut u8 {
+        self.octo(i)
+    }
+
     /// Pointer to octoword `i` (mod ring) of the ring.
     #[inline(always)]
     fn octo(&self, i: u32) -> *mut u8 {
@@ -455,6 +493,44 @@ impl SendQueue {
     /// As for [`SendQueue::post`].
     #[inline(always)]
     unsafe fn write(&mut self, wr: &SendWr<'_>) -> Result<Written> {
+        let plan = self.plan(wr)?;
+        let pi = self.pi;
+        if pi.wrapping_sub(self.retired) + plan.nbb > self.limit {
+            return Err(self.refusal());
+        }
+        let end = pi.wrapping_add(plan.nbb);
+        if plan.user_sig {
+            self.last_signaled_end = end;
+        }
+        // SAFETY: the BBs from `pi` are free (space check); forwarded
+        // contract on the SGEs.
+        let ctrl8 = unsafe { self.emit(wr, &plan, pi) };
+        // SAFETY: `pi & mask` < wqe_cnt <= wrid_len (constructor); the slot
+        // is a 16-byte, 8-aligned WrSlot owned by this queue.
+        unsafe {
+            self.set_slot(
+                self.wrid.as_ptr().add((pi & self.mask) as usize),
+                wr.wr_id,
+                &plan,
+                pi,
+            )
+        };
+        self.pi = end;
+        let bf_ds = if plan.shape.inline || !self.bf_inline_only {
+            plan.ds
+        } else {
+            0
+        };
+        Ok(Written {
+            start: pi,
+            ctrl8,
+            bf_ds,
+        })
+    }
+
+    /// Validates a WR and works out its WQE: opcode, size, flags.
+    #[inline(always)]
+    pub(crate) fn plan(&self, wr: &SendWr<'_>) -> Result<Plan> {
         let shape = crate::wr::validate_send(wr, &self.caps)?;
         let (mlx_op, hdr_ds, imm) = match wr.op {
             SendOp::Send => (opcode::SEND, 1, 0),
@@ -476,69 +552,94 @@ impl SendQueue {
         } else {
             shape.data_sges
         };
-        let ds = hdr_ds + data_ds;
         // Capabilities bound DS by MAX_DS (checked at construction).
-        let nbb = (ds + 3) >> 2;
-        let pi = self.pi;
-        if pi.wrapping_sub(self.retired) + nbb > self.limit {
-            return Err(self.refusal());
-        }
-
+        let ds = hdr_ds + data_ds;
         let fm_ce_se = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_all_bits;
-        let user_sig = fm_ce_se & ctrl_flags::CQ_UPDATE != 0;
-        let end = pi.wrapping_add(nbb);
-        if user_sig {
-            self.last_signaled_end = end;
-        }
+        Ok(Plan {
+            mlx_op,
+            hdr_ds,
+            imm,
+            ds,
+            nbb: (ds + 3) >> 2,
+            fm_ce_se,
+            user_sig: fm_ce_se & ctrl_flags::CQ_UPDATE != 0,
+            shape,
+        })
+    }
+
+    /// Writes the planned WQE at BB `pi`; returns its first 8 bytes.
+    ///
+    /// # Safety
+    /// BBs `pi..pi+plan.nbb` must be owned by the caller (free, not being
+    /// read by the device); the SGE contract of [`SendQueue::post`].
+    #[inline(always)]
+    pub(crate) unsafe fn emit(&self, wr: &SendWr<'_>, plan: &Plan, pi: u32) -> u64 {
         let ctrl8 = pack2(
-            ((pi & 0xffff) << 8 | mlx_op as u32).to_be(),
-            self.qpn_raw | ds.to_be(),
+            ((pi & 0xffff) << 8 | plan.mlx_op as u32).to_be(),
+            self.qpn_raw | plan.ds.to_be(),
         );
         let slot = pi & self.mask;
-        if slot + nbb <= self.wqe_cnt {
+        if slot + plan.nbb <= self.wqe_cnt {
             // The common case: the WQE does not wrap, segments are at fixed
             // offsets from its first BB.
             // SAFETY: slot < wqe_cnt, so the BB is inside the ring.
             let base = unsafe { self.buf.as_ptr().add((slot as usize) << 6) };
-            // SAFETY: the WQE's nbb BBs lie inside the ring (checked just
-            // above) and are free (space check); segments are 16-aligned.
+            // SAFETY: the WQE's BBs lie inside the ring (checked just above)
+            // and belong to the caller; segments are 16-aligned.
             unsafe {
-                self.write_wqe(wr, &shape, ctrl8, fm_ce_se, imm, hdr_ds, |i| {
-                    base.add(i as usize * 16)
-                })
+                self.write_wqe(
+                    wr,
+                    &plan.shape,
+                    ctrl8,
+                    plan.fm_ce_se,
+                    plan.imm,
+                    plan.hdr_ds,
+                    |i| base.add(i as usize * 16),
+                )
             };
         } else {
             let o = pi << 2;
-            // SAFETY: every octoword is masked into the ring; the BBs are
-            // free (space check).
+            // SAFETY: every octoword is masked into the ring; the BBs belong
+            // to the caller.
             unsafe {
-                self.write_wqe(wr, &shape, ctrl8, fm_ce_se, imm, hdr_ds, |i| {
-                    self.octo(o.wrapping_add(i))
-                })
+                self.write_wqe(
+                    wr,
+                    &plan.shape,
+                    ctrl8,
+                    plan.fm_ce_se,
+                    plan.imm,
+                    plan.hdr_ds,
+                    |i| self.octo(o.wrapping_add(i)),
+                )
             };
         }
+        ctrl8
+    }
 
-        // Side table, indexed by the WQE's first BB.
-        let flags = WrSlot::VALID | if user_sig { WrSlot::USER_SIGNALED } else { 0 };
-        // SAFETY: slot <= mask < wqe_cnt <= wrid_len (constructor); the
-        // slot is a 16-byte, 8-aligned WrSlot.
+    /// Fills a side-table entry for the WQE at BB `pi`.
+    ///
+    /// # Safety
+    /// `slot` must point to a writable, 8-aligned [`WrSlot`] that nobody
+    /// else accesses now.
+    #[inline(always)]
+    pub(crate) unsafe fn set_slot(&self, slot: *mut WrSlot, wr_id: u64, plan: &Plan, pi: u32) {
+        let flags = WrSlot::VALID
+            | if plan.user_sig {
+                WrSlot::USER_SIGNALED
+            } else {
+                0
+            };
+        let p = slot.cast::<u64>();
+        // SAFETY: caller contract; two aligned 8-byte stores.
         unsafe {
-            let p = self.wrid.as_ptr().add(slot as usize).cast::<u64>();
-            p.write(wr.wr_id);
-            p.add(1).write(WrSlot::meta(end, pi as u16, mlx_op, flags));
+            p.write(wr_id);
+            p.add(1).write(WrSlot::meta(
+                pi.wrapping_add(plan.nbb),
+                pi as u16,
+                plan.mlx_op,
+                flags,
+            ));
         }
-
-        self.pi = end;
-        let bf_ds = if shape.inline || !self.bf_inline_only {
-            ds
-        } else {
-            0
-        };
-        Ok(Written {
-            start: pi,
-            ctrl8,
-            bf_ds,
-        })
     }
 
     /// Writes the segments of a validated WR; `at(i)` is the address of
