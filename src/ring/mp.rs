@@ -627,4 +627,27 @@ mod loom_tests {
             assert_eq!((qa.ring.retired(), qb.ring.retired()), (2, 1));
         });
     }
+
+    /// Poster/poller hand-off (SPSC) around the ring end: one producer
+    /// posts 6 WQEs into the 4-BB ring, retrying on Full (the poller on the
+    /// other thread frees space), so slots and side-table entries are
+    /// reused across laps while the poller reads them.
+    #[test]
+    fn spsc_handoff_wraps_the_ring() {
+        builder().check(|| {
+            let m = model();
+            let mp = m.clone();
+            let p = thread::spawn(move || {
+                for id in 0..6u64 {
+                    while produce(&mp, id, 1) == 1 {
+                        thread::yield_now();
+                    }
+                }
+            });
+            let ids = device_and_poll(&m, 6);
+            p.join().unwrap();
+            assert_eq!(ids, (0..6).collect::<Vec<u64>>(), "in order, exactly once");
+            assert_eq!(m.ring.retired(), 6);
+        });
+    }
 }
