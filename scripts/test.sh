@@ -36,6 +36,15 @@ cargo test
 stage "tests with verbs (bindgen layout cross-check)"
 cargo test --features verbs --test layout_bindgen
 
+stage "release-mode concurrency stress tests (real threads, millions of WRs)"
+cargo test --release --test mp_stress --test shared_qp --test submit_stress --test soft_threads
+
+stage "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=2})"
+LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS bash ci/loom.sh
+
+stage "Miri on the core's unit tests"
+bash ci/miri.sh
+
 stage "C header is cbindgen's output"
 bash ci/header.sh
 
@@ -45,9 +54,11 @@ bash ffi-tests/run.sh
 stage "fuzz targets (${FUZZ_SECONDS:=30}s each)"
 FUZZ_SECONDS=$FUZZ_SECONDS bash ci/fuzz.sh
 
-stage "examples and benchmarks build and run"
-cargo run --release --example wqe_tour >/dev/null
-cargo build --release --bench post_poll
+stage "examples run, benchmarks build"
+for ex in wqe_tour pingpong write_bw atomic_counter; do
+  cargo run --release --example "$ex"
+done
+cargo bench --no-run
 
 echo
 echo "all stages passed in ${SECONDS}s"
