@@ -27,8 +27,9 @@ pub enum Error {
     AtomicSgeLength = 1004,
     /// An atomic whose remote address is not 8-byte aligned.
     AtomicUnaligned = 1005,
-    /// The sum of the SGE lengths does not fit in 32 bits (or exceeds the
-    /// 2 GiB RDMA message limit).
+    /// The sum of the SGE lengths exceeds the 2 GiB RDMA message limit, or
+    /// one SGE is 2 GiB or longer (bit 31 of an mlx5 byte count means
+    /// "inline").
     LengthOverflow = 1006,
     /// An opcode value that is not a known work-request opcode (C ABI).
     InvalidOpcode = 1007,

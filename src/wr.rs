@@ -241,10 +241,12 @@ pub const MAX_MESSAGE: u64 = 1 << 31;
 #[inline]
 pub fn total_length(sges: &[Sge]) -> Result<u32> {
     let mut total: u64 = 0;
+    let mut high = 0u32;
     for s in sges {
         total += s.length as u64;
+        high |= s.length;
     }
-    if total > MAX_MESSAGE {
+    if total > MAX_MESSAGE || high & 0x8000_0000 != 0 {
         return Err(Error::LengthOverflow);
     }
     Ok(total as u32)
@@ -288,9 +290,11 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<SendShape> {
             }
             let mut total: u64 = 0;
             let mut data = 0u32;
+            let mut high = 0u32;
             for s in sges {
                 total += s.length as u64;
                 data += (s.length != 0) as u32;
+                high |= s.length;
             }
             if wr.op.is_atomic() {
                 if sges.len() != 1 || sges[0].length != 8 {
@@ -300,7 +304,9 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<SendShape> {
                 if !sges.is_empty() {
                     return Err(Error::TooManySges);
                 }
-            } else if total > MAX_MESSAGE {
+            } else if total > MAX_MESSAGE || high & 0x8000_0000 != 0 {
+                // One SGE of 2^31 bytes or more cannot be encoded: bit 31 of
+                // an mlx5 byte count marks an inline segment.
                 return Err(Error::LengthOverflow);
             }
             SendShape {

@@ -281,3 +281,74 @@ fn forced_signal_guard() {
     unsafe { sq.post_one(&SendWr::new(0, SendOp::Send, &sge, SendFlags::NONE)) }.unwrap();
     assert!(ce(&f, 0));
 }
+
+/// Regression (found by the `wqe_encode` fuzz target): `post_one` and
+/// `post_list` must ring with the last WQE's own control bytes.
+#[test]
+fn post_one_and_post_list_ring_with_their_last_wqe() {
+    let mut f = FakeMlx5::new(geo());
+    let cfg = SqConfig {
+        bf_policy: BfPolicy::Never,
+        ..SqConfig::default()
+    };
+    let mut sq = f.send_queue(caps(), cfg).unwrap();
+    let sge = [Sge::new(0x1000, 8, 1)];
+    // SAFETY: fake queue memory; the SGE is never dereferenced.
+    unsafe { sq.post_one(&SendWr::new(1, SendOp::Send, &sge, SendFlags::SIGNALED)) }.unwrap();
+    assert_eq!(&f.bf.bytes()[..8], &f.sq_bytes()[..8]);
+    let wrs = [
+        SendWr::new(2, SendOp::Send, &sge, SendFlags::SIGNALED),
+        SendWr::new(3, SendOp::Nop, &[], SendFlags::SIGNALED),
+    ];
+    // SAFETY: as above.
+    unsafe { sq.post_list(&wrs) }.unwrap();
+    let off = sq.bf_offset() ^ 256; // the offset this doorbell used
+    let reg = &f.bf.bytes()[off as usize..off as usize + 8];
+    assert_eq!(
+        reg,
+        &f.sq_bytes()[2 * 64..2 * 64 + 8],
+        "the NOP's control bytes"
+    );
+}
+
+/// Regression (found by the fuzzers): a counter naming the middle BB of an
+/// outstanding WQE must not match a stale side-table entry from before a
+/// reset.
+#[test]
+fn middle_bb_never_matches_a_stale_entry() {
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+    let one = [Sge::new(0x1000, 8, 1)];
+    let many = [Sge::new(0x1000, 8, 1); 6]; // ds 7: 2 BBs
+    sq.reset_counters(10);
+    // SAFETY: fake queue memory; SGEs never dereferenced.
+    unsafe { sq.post_one(&SendWr::new(1, SendOp::Send, &one, SendFlags::SIGNALED)) }.unwrap();
+    sq.reset_counters(9);
+    // SAFETY: as above.
+    unsafe { sq.post_one(&SendWr::new(2, SendOp::Send, &many, SendFlags::SIGNALED)) }.unwrap();
+    assert!(sq.retire(10).is_none(), "BB 10 is the middle of WQE 2");
+    assert_eq!(sq.retire(9).map(|r| r.wr_id), Some(2));
+}
+
+/// Regression (found by the fuzzers): one SGE of 2^31 bytes would encode
+/// as an inline segment (bit 31 of the byte count).
+#[test]
+fn two_gib_sge_is_refused() {
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(caps(), SqConfig::default()).unwrap();
+    let mut rq = f.recv_queue(caps()).unwrap();
+    let big = [Sge::new(0x1000, 1 << 31, 1)];
+    // SAFETY: refused before anything is written.
+    let e = unsafe { sq.post(&SendWr::new(1, SendOp::Send, &big, SendFlags::NONE)) };
+    assert_eq!(e, Err(Error::LengthOverflow));
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe {
+            rq.post(&RecvWr {
+                wr_id: 1,
+                sges: &big,
+            })
+        },
+        Err(Error::LengthOverflow)
+    );
+}

@@ -170,6 +170,13 @@ impl SharedSendQueue {
         // it is published.
         self.slot(start)
             .with_mut(|p| unsafe { self.enc.set_slot(p, wr.wr_id, &plan, start) });
+        for k in 1..plan.nbb {
+            // Middle BBs never look like WQE starts (see `SendQueue`).
+            self.slot(start.wrapping_add(k)).with_mut(|p| {
+                // SAFETY: a BB this thread reserved.
+                unsafe { p.write(WrSlot::default()) }
+            });
+        }
         self.ring.publish(
             start,
             start.wrapping_add(plan.nbb),

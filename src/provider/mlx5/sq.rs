@@ -515,6 +515,18 @@ impl SendQueue {
                 pi,
             )
         };
+        // The entries of the WQE's other BBs must not look like WQE starts
+        // (stale entries from before a reset, or 65536 BBs ago, would let a
+        // corrupt counter retire the wrong work).
+        for k in 1..plan.nbb {
+            // SAFETY: masked index < wqe_cnt <= wrid_len; the BB is free.
+            unsafe {
+                self.wrid
+                    .as_ptr()
+                    .add((pi.wrapping_add(k) & self.mask) as usize)
+                    .write(WrSlot::default())
+            };
+        }
         self.pi = end;
         let bf_ds = if plan.shape.inline || !self.bf_inline_only {
             plan.ds
@@ -800,9 +812,7 @@ impl SendQueue {
             };
         } else {
             // SAFETY: constructor contract.
-            unsafe {
-                mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, self.last_ctrl8, flush)
-            };
+            unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, w.ctrl8, flush) };
         }
         // Step 7: toggle between the two BlueFlame buffers.
         self.bf_offset ^= self.bf_size;
