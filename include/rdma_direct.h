@@ -290,6 +290,51 @@
 #define RDD_WC_FLAG_WITH_INV 8
 
 /**
+ * `rdd_mr_reg` access bit: the device may write the region for local work
+ * (receives, READ and atomic results). Numbered as `IBV_ACCESS_*`.
+ */
+#define RDD_ACCESS_LOCAL_WRITE 1
+
+/**
+ * `rdd_mr_reg` / `rdd_connect_attr` access bit: peers may RDMA WRITE
+ * (an MR with it needs `RDD_ACCESS_LOCAL_WRITE` too).
+ */
+#define RDD_ACCESS_REMOTE_WRITE 2
+
+/**
+ * `rdd_mr_reg` / `rdd_connect_attr` access bit: peers may RDMA READ.
+ */
+#define RDD_ACCESS_REMOTE_READ 4
+
+/**
+ * `rdd_mr_reg` / `rdd_connect_attr` access bit: peers may run atomics
+ * (an MR with it needs `RDD_ACCESS_LOCAL_WRITE` too).
+ */
+#define RDD_ACCESS_REMOTE_ATOMIC 8
+
+/**
+ * `rdd_qp_init.flags`: every send WR requests a completion (as if
+ * `RDD_SEND_SIGNALED` were always set; `sq_sig_all` in verbs).
+ */
+#define RDD_QP_INIT_SIG_ALL 1
+
+/**
+ * `rdd_cq_arm` flag: an event only for the next *solicited* completion.
+ */
+#define RDD_CQ_ARM_SOLICITED 1
+
+/**
+ * Most QPs that may complete on one CQ (each `rdd_cq_poll` passes all of
+ * them).
+ */
+#define RDD_CQ_MAX_QPS 256
+
+/**
+ * Largest buffer `rdd_mr_reg` allocates (2^40 bytes).
+ */
+#define RDD_MR_MAX_LEN 1099511627776
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -420,6 +465,34 @@ enum rdd_status
 #ifndef __cplusplus
 typedef uint32_t rdd_status;
 #endif // __cplusplus
+
+/**
+ * A completion queue (opaque handle): `rdd_cq_create` / `rdd_cq_destroy`.
+ */
+typedef struct rdd_cq rdd_cq;
+
+/**
+ * A device (opaque handle). Open with `rdd_device_open_soft`, close with
+ * `rdd_device_close`.
+ */
+typedef struct rdd_device rdd_device;
+
+/**
+ * A registered memory region with a library-owned buffer (opaque handle):
+ * `rdd_mr_reg` / `rdd_mr_free`.
+ */
+typedef struct rdd_mr rdd_mr;
+
+/**
+ * A protection domain (opaque handle): `rdd_pd_alloc` / `rdd_pd_free`.
+ */
+typedef struct rdd_pd rdd_pd;
+
+/**
+ * A reliable-connected queue pair (opaque handle): `rdd_qp_create` /
+ * `rdd_qp_destroy`.
+ */
+typedef struct rdd_qp rdd_qp;
 
 /**
  * Caller-provided storage for a send-queue handle. Declare one (static,
@@ -751,6 +824,112 @@ typedef struct rdd_wc {
     uint8_t reserved;
 } rdd_wc;
 
+/**
+ * Software-device configuration for `rdd_device_open_soft` (NULL there
+ * means all defaults).
+ */
+typedef struct rdd_soft_config {
+    /**
+     * CQE size of new CQs: 64 or 128 (0: 64).
+     */
+    uint32_t cqe_size;
+    /**
+     * Delay in microseconds before an operation refused for lack of a
+     * posted receive (RNR) is retried, in thread mode (0: 20 us). In step
+     * mode every `rdd_device_step` is one retry.
+     */
+    uint32_t rnr_delay_us;
+} rdd_soft_config;
+
+/**
+ * QP creation attributes for `rdd_qp_create` (NULL there means the
+ * defaults: 64 send and 64 receive WRs, 4 SGEs each way, 64 inline
+ * bytes). The device may grant more than asked: read the result with
+ * `rdd_qp_query_caps`.
+ */
+typedef struct rdd_qp_init {
+    /**
+     * Send WRs the send queue must hold (at least 1).
+     */
+    uint32_t max_send_wr;
+    /**
+     * Receive WRs the receive queue must hold.
+     */
+    uint32_t max_recv_wr;
+    /**
+     * SGEs per send WR (at most 30).
+     */
+    uint32_t max_send_sge;
+    /**
+     * SGEs per receive WR (at most 64).
+     */
+    uint32_t max_recv_sge;
+    /**
+     * Inline payload bytes per send WR (at most 512).
+     */
+    uint32_t max_inline_data;
+    /**
+     * `RDD_QP_INIT_*` bits; unknown bits are `RDD_STATUS_INVALID_ARGUMENT`.
+     */
+    uint32_t flags;
+} rdd_qp_init;
+
+/**
+ * Connection data of a QP (`rdd_qp_query_info`), handed to the peer out of
+ * band and passed to its `rdd_qp_connect`.
+ */
+typedef struct rdd_qp_info {
+    /**
+     * QP number.
+     */
+    uint32_t qpn;
+    /**
+     * Initial packet sequence number.
+     */
+    uint32_t psn;
+    /**
+     * Port LID (InfiniBand).
+     */
+    uint16_t lid;
+    /**
+     * Written as 0; ignored on input.
+     */
+    uint16_t reserved;
+    /**
+     * Port GID (RoCE).
+     */
+    uint8_t gid[16];
+    /**
+     * Path MTU in bytes.
+     */
+    uint32_t mtu;
+} rdd_qp_info;
+
+/**
+ * Connection attributes for `rdd_qp_connect` (NULL there means no remote
+ * access and infinite retries).
+ */
+typedef struct rdd_connect_attr {
+    /**
+     * Remote operations this QP executes for its peer
+     * (`RDD_ACCESS_REMOTE_*`; each is also checked against the target
+     * MR's access).
+     */
+    uint32_t access;
+    /**
+     * RNR retries, 0..7 (7 = infinite).
+     */
+    uint8_t rnr_retry;
+    /**
+     * Transport retries, 0..7.
+     */
+    uint8_t retry_cnt;
+    /**
+     * Must be 0.
+     */
+    uint16_t reserved;
+} rdd_connect_attr;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -993,6 +1172,298 @@ rdd_status rdd_mlx5_cq_arm(struct rdd_mlx5_cq_storage *cq,
  * As for `rdd_mlx5_cq_fini`.
  */
 rdd_status rdd_mlx5_cq_event_consumed(struct rdd_mlx5_cq_storage *cq);
+
+/**
+ * Opens a new software device (the in-process HCA) in step mode: work
+ * posted to its QPs executes only inside `rdd_device_step`, until
+ * `rdd_device_start` starts its device thread.
+ *
+ * `cfg` may be NULL (defaults). Errors: `NULL_PARAMETER` (`out`),
+ * `INVALID_ARGUMENT` (a CQE size other than 0, 64 or 128).
+ *
+ * # Safety
+ * `cfg` is NULL or valid for reads of one `rdd_soft_config`; `out` is
+ * valid for a write of one pointer.
+ */
+rdd_status rdd_device_open_soft(const struct rdd_soft_config *cfg,
+                                struct rdd_device **out);
+
+/**
+ * Closes a device: stops its thread and frees it. Fails with
+ * `RESOURCE_BUSY` (and changes nothing) while PDs or CQs of the device
+ * exist or another thread is using the handle.
+ */
+rdd_status rdd_device_close(struct rdd_device *dev);
+
+/**
+ * Runs one pass of the software device in the calling thread: executes
+ * what is pending on every queue and writes the completions. `*out_work`
+ * is the amount of work done (0: nothing was pending). Deterministic;
+ * also allowed while the device thread runs.
+ *
+ * # Safety
+ * `out_work` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_device_step(struct rdd_device *dev,
+                           size_t *out_work);
+
+/**
+ * Starts the device thread (idempotent): from now on posted work executes
+ * without `rdd_device_step`.
+ */
+rdd_status rdd_device_start(struct rdd_device *dev);
+
+/**
+ * Stops the device thread if it runs (back to step mode) and waits for
+ * it to exit.
+ */
+rdd_status rdd_device_stop(struct rdd_device *dev);
+
+/**
+ * Allocates a protection domain on `dev`.
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_pd_alloc(struct rdd_device *dev,
+                        struct rdd_pd **out);
+
+/**
+ * Frees a protection domain. `RESOURCE_BUSY` while MRs or QPs of it
+ * exist.
+ */
+rdd_status rdd_pd_free(struct rdd_pd *pd);
+
+/**
+ * Allocates `len` zeroed, page-aligned bytes owned by the library and
+ * registers them in `pd` with exactly `access` (`RDD_ACCESS_*` bits; ask
+ * only for what peers need). The buffer's address is `rdd_mr_addr`; it is
+ * valid until `rdd_mr_free`.
+ *
+ * Errors: `INVALID_ARGUMENT` (unknown access bits, `len` above
+ * `RDD_MR_MAX_LEN`), `INVALID_ATTRIBUTE` (remote write or atomic access
+ * without `RDD_ACCESS_LOCAL_WRITE`), `RESOURCE_EXHAUSTED` (out of
+ * memory).
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_mr_reg(struct rdd_pd *pd,
+                      size_t len,
+                      uint32_t access,
+                      struct rdd_mr **out);
+
+/**
+ * Deregisters a region and frees its buffer. Work still queued that
+ * names it fails with a protection or access error completion; the
+ * device never touches the buffer after this returns, and neither may
+ * the caller.
+ */
+rdd_status rdd_mr_free(struct rdd_mr *mr);
+
+/**
+ * The start of the region's buffer (also the remote address of byte 0
+ * for a peer, as an integer).
+ *
+ * # Safety
+ * `out_addr` is valid for a write of one pointer.
+ */
+rdd_status rdd_mr_addr(const struct rdd_mr *mr,
+                       void **out_addr);
+
+/**
+ * The region's length in bytes (as registered).
+ *
+ * # Safety
+ * `out_len` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_mr_len(const struct rdd_mr *mr,
+                      size_t *out_len);
+
+/**
+ * The local key, for SGEs of this QP's work requests.
+ *
+ * # Safety
+ * `out_lkey` is valid for a write of one `uint32_t`.
+ */
+rdd_status rdd_mr_lkey(const struct rdd_mr *mr,
+                       uint32_t *out_lkey);
+
+/**
+ * The remote key, for peers (`rdd_wr.rkey`).
+ *
+ * # Safety
+ * `out_rkey` is valid for a write of one `uint32_t`.
+ */
+rdd_status rdd_mr_rkey(const struct rdd_mr *mr,
+                       uint32_t *out_rkey);
+
+/**
+ * Creates a completion queue with room for at least `depth` completions
+ * (1..32767; `INVALID_ATTRIBUTE` otherwise).
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_cq_create(struct rdd_device *dev,
+                         uint32_t depth,
+                         struct rdd_cq **out);
+
+/**
+ * Destroys a completion queue. `RESOURCE_BUSY` while a QP uses it.
+ */
+rdd_status rdd_cq_destroy(struct rdd_cq *cq);
+
+/**
+ * Polls up to `n` completions into `out[0..n]`; `*out_count` (0..n) is
+ * the number written.
+ *
+ * `qps[0..nqps]` must be exactly the QPs that complete on this CQ (as
+ * send or receive CQ), each once: the poller routes every completion to
+ * its QP's queues by QP number, and a list that omits one would drop its
+ * completions, so it is rejected with `INVALID_ARGUMENT` (as are a QP of
+ * another CQ and a repeated QP). All the handles are used by the call.
+ * A failed completion moves its QP to the error state; later work on it
+ * completes with `RDD_WC_WR_FLUSH_ERR`.
+ *
+ * Errors leave `out` and `*out_count` unwritten: `NULL_PARAMETER` (a NULL
+ * array, output or QP handle), `INVALID_HANDLE`, `RESOURCE_BUSY` (a
+ * handle in use by another thread), `INVALID_ARGUMENT`, `CQE_CORRUPT`.
+ *
+ * # Safety
+ * `qps` points to `nqps` readable handles; `out` is valid for writes of
+ * `n` `rdd_wc`; `out_count` for a write of one `size_t`.
+ */
+rdd_status rdd_cq_poll(struct rdd_cq *cq,
+                       struct rdd_qp *const *qps,
+                       size_t nqps,
+                       struct rdd_wc *out,
+                       size_t n,
+                       size_t *out_count);
+
+/**
+ * Arms the CQ: requests a completion event for the next completion (or,
+ * with `RDD_CQ_ARM_SOLICITED`, the next solicited one).
+ * `INVALID_ARGUMENT` for unknown flag bits.
+ */
+rdd_status rdd_cq_arm(struct rdd_cq *cq,
+                      uint32_t flags);
+
+/**
+ * Creates an RC queue pair (in the RESET state) on `pd` whose sends
+ * complete on `send_cq` and receives on `recv_cq` (may be the same CQ).
+ * All three must belong to one device (`INVALID_ARGUMENT`). `init` may be
+ * NULL for the defaults. The CQs are used by the call (not the PD).
+ *
+ * Errors: `INVALID_ATTRIBUTE` (limits above the device's),
+ * `INVALID_ARGUMENT` (unknown `init->flags`), `RESOURCE_EXHAUSTED` (a CQ
+ * already serves `RDD_CQ_MAX_QPS` QPs).
+ *
+ * # Safety
+ * `init` is NULL or valid for reads of one `rdd_qp_init`; `out` is valid
+ * for a write of one pointer.
+ */
+rdd_status rdd_qp_create(struct rdd_pd *pd,
+                         struct rdd_cq *send_cq,
+                         struct rdd_cq *recv_cq,
+                         const struct rdd_qp_init *init,
+                         struct rdd_qp **out);
+
+/**
+ * Destroys a queue pair. Work in flight is abandoned (its completions,
+ * if any arrive, are discarded). The QP's CQs are used by the call
+ * (`RESOURCE_BUSY` while another thread polls them). Once this returns
+ * the device no longer touches the buffers of the abandoned work.
+ */
+rdd_status rdd_qp_destroy(struct rdd_qp *qp);
+
+/**
+ * The connection data to give the peer (for its `rdd_qp_connect`).
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_qp_info`.
+ */
+rdd_status rdd_qp_query_info(const struct rdd_qp *qp,
+                             struct rdd_qp_info *out);
+
+/**
+ * The capabilities the QP was granted (at least what `rdd_qp_init`
+ * asked): the SGE and inline limits posts are checked against.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_qp_caps`.
+ */
+rdd_status rdd_qp_query_caps(const struct rdd_qp *qp,
+                             struct rdd_qp_caps *out);
+
+/**
+ * The number of send doorbells this QP has rung (one per non-empty
+ * `rdd_qp_post_send` call): a measure of batching.
+ *
+ * # Safety
+ * `out_count` is valid for a write of one `uint64_t`.
+ */
+rdd_status rdd_qp_doorbells(const struct rdd_qp *qp,
+                            uint64_t *out_count);
+
+/**
+ * Moves the QP from RESET through INIT and RTR to RTS, connected to the
+ * peer `remote` describes. `attr` may be NULL (no remote access, infinite
+ * retries).
+ *
+ * Errors: `INVALID_QP_STATE` (not in RESET), `INVALID_ARGUMENT` (unknown
+ * access bits, non-zero `reserved`), `INVALID_ATTRIBUTE` (retry counts
+ * above 7). A failure part-way leaves the QP in the state it reached.
+ *
+ * # Safety
+ * `remote` is valid for reads of one `rdd_qp_info`; `attr` is NULL or
+ * valid for reads of one `rdd_connect_attr`.
+ */
+rdd_status rdd_qp_connect(struct rdd_qp *qp,
+                          const struct rdd_qp_info *remote,
+                          const struct rdd_connect_attr *attr);
+
+/**
+ * Posts send work requests `wrs[0..n]` and rings the doorbell once for
+ * the batch.
+ *
+ * Every request is validated before anything of it is written. The call
+ * stops at the first rejected request: the ones before it are posted
+ * *and rung*, the rejected one and those after it are not, and its status
+ * is returned (a work-request status, `SQ_FULL`, `INVALID_QP_STATE`, or
+ * `INVALID_ARGUMENT`). `*out_bad_index` is written exactly when such a
+ * status is returned: the index of the first request not posted (0 when
+ * the `wrs` array itself is misaligned or too large). It is not written
+ * on `OK`, `NULL_PARAMETER`, `INVALID_HANDLE` and `RESOURCE_BUSY`, which
+ * post nothing.
+ *
+ * # Safety
+ * `wrs` points to `n` readable `rdd_wr`, each `sg_list` to `num_sge`
+ * readable entries; for `RDD_SEND_INLINE` the entries' `addr`/`length`
+ * are readable payload bytes (copied before return). Other SGEs name
+ * memory of this device's MRs; the device checks them, so a wrong one
+ * fails the request's completion and cannot corrupt memory.
+ * `out_bad_index` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_qp_post_send(struct rdd_qp *qp,
+                            const struct rdd_wr *wrs,
+                            size_t n,
+                            size_t *out_bad_index);
+
+/**
+ * Posts receive work requests `wrs[0..n]` and publishes them to the
+ * device once. Same stopping rule and `*out_bad_index` contract as
+ * `rdd_qp_post_send` (`RQ_FULL` when the receive queue is full).
+ *
+ * # Safety
+ * `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to `num_sge`
+ * readable entries naming memory of this device's MRs (checked by the
+ * device). `out_bad_index` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
+                            const struct rdd_recv_wr *wrs,
+                            size_t n,
+                            size_t *out_bad_index);
 
 #ifdef __cplusplus
 }  // extern "C"

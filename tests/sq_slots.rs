@@ -341,8 +341,8 @@ fn two_gib_sge_is_refused() {
     // SAFETY: refused before anything is written.
     let e = unsafe { sq.post(&SendWr::new(1, SendOp::Send, &big, SendFlags::NONE)) };
     assert_eq!(e, Err(Error::LengthOverflow));
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe {
             rq.post(&RecvWr {
                 wr_id: 1,

@@ -22,6 +22,13 @@
 //!   that report *why* a call failed: the `out_bad_index` of the post calls
 //!   (the index of the rejected work request) and the `out_n` of
 //!   `rdd_status_str` on `RDD_STATUS_BUFFER_TOO_SMALL` (the size needed).
+//! - Object handles (`rdd_device`, `rdd_pd`, `rdd_mr`, `rdd_cq`, `rdd_qp`;
+//!   feature `soft`) are library-owned objects named by an encoded
+//!   index + generation, never dereferenced: a destroyed or forged handle
+//!   is `RDD_STATUS_INVALID_HANDLE`, a handle another thread is using in a
+//!   conflicting way is `RDD_STATUS_RESOURCE_BUSY`, and destroying a parent
+//!   that still has children is `RDD_STATUS_RESOURCE_BUSY` (see
+//!   [`object`]).
 //! - Queue handles live in caller storage (`rdd_mlx5_*_storage`, fixed
 //!   size and alignment, see the `*_STORAGE_SIZE`/`*_ALIGN` constants).
 //!   `_init` fills it, `_fini` clears it. A handle is bound to the address
@@ -49,6 +56,13 @@ pub mod wr;
 
 pub mod mlx5;
 
+// The object level (library-owned device, PD, MR, CQ and QP objects behind
+// validated handles) needs the software device and so `std`.
+#[cfg(feature = "soft")]
+pub mod object;
+
 pub use mlx5::*;
+#[cfg(feature = "soft")]
+pub use object::*;
 pub use status::*;
 pub use wr::*;
