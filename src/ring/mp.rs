@@ -41,6 +41,19 @@ use core::ptr::NonNull;
 
 use crate::sync::{AtomicU32, Ordering, UnsafeCell};
 
+/// A value on its own 64-byte cache line, so counters written by different
+/// threads do not share a line with each other or with read-only fields.
+#[repr(align(64))]
+struct Line<T>(T);
+
+impl<T> core::ops::Deref for Line<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Why a reservation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Full;
@@ -54,12 +67,12 @@ pub struct MpRing<S> {
     mask: u32,
     /// Largest WQE in BBs (bounds a plausible ready value).
     max_nbb: u32,
-    reserved: AtomicU32,
-    published: AtomicU32,
-    retired: AtomicU32,
+    reserved: Line<AtomicU32>,
+    published: Line<AtomicU32>,
+    retired: Line<AtomicU32>,
     /// Doorbell requests since the current ringer last looked; 0 = no
     /// ringer.
-    db_requests: AtomicU32,
+    db_requests: Line<AtomicU32>,
     /// `ready[i]`: end counter of the WQE starting at BB `i` (this lap).
     ready: NonNull<AtomicU32>,
     /// Owned by the current ringer.
@@ -94,10 +107,10 @@ impl<S> MpRing<S> {
             cnt,
             mask: cnt - 1,
             max_nbb,
-            reserved: AtomicU32::new(start),
-            published: AtomicU32::new(start),
-            retired: AtomicU32::new(start),
-            db_requests: AtomicU32::new(0),
+            reserved: Line(AtomicU32::new(start)),
+            published: Line(AtomicU32::new(start)),
+            retired: Line(AtomicU32::new(start)),
+            db_requests: Line(AtomicU32::new(0)),
             ready,
             state: UnsafeCell::new(state),
         }
@@ -291,9 +304,9 @@ impl<S> MpRing<S> {
     /// Resets every counter to `start` (QP reset). Needs `&mut`: no
     /// producer or poller may be active.
     pub fn reset(&mut self, start: u32) {
-        self.reserved = AtomicU32::new(start);
-        self.published = AtomicU32::new(start);
-        self.retired = AtomicU32::new(start);
+        self.reserved = Line(AtomicU32::new(start));
+        self.published = Line(AtomicU32::new(start));
+        self.retired = Line(AtomicU32::new(start));
         for i in 0..self.cnt {
             self.ready_word(i).store(start, Ordering::Relaxed);
         }
@@ -338,6 +351,50 @@ mod tests {
             std::vec![(0, 4, 3)],
             "one doorbell for the whole prefix"
         );
+    }
+
+    /// Two producers and the retiring thread on real threads (small, so
+    /// Miri's data-race detector can run it).
+    #[test]
+    fn two_threads_post_while_one_retires() {
+        use std::sync::atomic::AtomicU64;
+        let (_ready, r) = ring(4, 1);
+        let slots: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+        let per = if cfg!(miri) { 6 } else { 2000 };
+        std::thread::scope(|sc| {
+            for t in 0..2u64 {
+                let (r, slots) = (&r, &slots);
+                sc.spawn(move || {
+                    for i in 0..per {
+                        let start = loop {
+                            match r.reserve(1) {
+                                Ok(s) => break s,
+                                Err(Full) => std::thread::yield_now(),
+                            }
+                        };
+                        slots[(start % 4) as usize].store(t << 32 | i, Ordering::Relaxed);
+                        r.publish(start, start + 1, |_, _, _, _| {});
+                    }
+                });
+            }
+            // The poller: retire every published WQE in order.
+            let mut seen = [0u64; 2];
+            let mut done = 0u32;
+            while done < 2 * per as u32 {
+                if r.published().wrapping_sub(done) == 0 {
+                    std::thread::yield_now();
+                    continue;
+                }
+                let v = slots[(done % 4) as usize].load(Ordering::Relaxed);
+                // SAFETY: this thread is the only retirer.
+                let got = unsafe { r.retire(done as u16, |s| Some(s + 1)) };
+                assert_eq!(got, Some(done));
+                let (t, i) = ((v >> 32) as usize, v & 0xffff_ffff);
+                assert_eq!(i, seen[t], "thread {t}'s WQEs in its order");
+                seen[t] += 1;
+                done += 1;
+            }
+        });
     }
 
     #[test]
