@@ -58,7 +58,7 @@ use rdma_direct::ffi::{
     RDD_WR_MAX_INLINE_SGE, RDD_WR_NOP, RDD_WR_RDMA_READ, RDD_WR_RDMA_WRITE,
     RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND, RDD_WR_SEND_WITH_IMM, RDD_WR_SEND_WITH_INV,
 };
-use rdma_direct::provider::mlx5::QpState;
+use rdma_direct::provider::mlx5::{QpState, WrSlot};
 use rdma_direct::testutil::{decode_wqe, FakeGeometry, FakeMlx5, GUARD};
 use rdma_direct::{QpCaps, Remote, SendFlags, SendOp, Sge};
 use rdma_direct_fuzz::send::{self, ctrl, PayloadSpec, WrSpec};
@@ -557,13 +557,28 @@ impl Harness {
             self.f.dbrec.bytes() == &self.shadow_dbrec[..],
             "post wrote the doorbell record"
         );
-        // The side table changes only at the accepted WQEs' first BBs.
+        // The side table changes only at the accepted WQEs' BBs: the first
+        // BB's entry describes the WQE, the others are cleared (so a stale
+        // entry can never pass for a WQE start).
         let mask = self.wqe_cnt - 1;
         for (k, (now, was)) in self.f.sq_wrid.iter().zip(wrid_before.iter()).enumerate() {
-            let ours = accepted
+            let first = accepted
                 .iter()
                 .any(|(_, start, _)| (start & mask) as usize == k);
-            assert!(ours || now == was, "post wrote side-table slot {k}");
+            let middle = accepted.iter().any(|(_, start, end)| {
+                (1..end.wrapping_sub(*start)).any(|d| (start.wrapping_add(d) & mask) as usize == k)
+            });
+            if middle && !first {
+                assert_eq!(
+                    *now,
+                    WrSlot::default(),
+                    "middle-BB side-table slot {k} not cleared"
+                );
+            }
+            assert!(
+                first || middle || now == was,
+                "post wrote side-table slot {k}"
+            );
         }
         if let Some((_, start, end)) = accepted.last() {
             self.last_start = *start;
