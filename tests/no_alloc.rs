@@ -11,10 +11,25 @@ use rdma_direct::*;
 struct Counting;
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    // Allocations made by this thread (tests run in parallel threads; each
+    // checks only its own). A const-initialised Cell needs no allocation.
+    static MINE: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+fn mine() -> usize {
+    MINE.with(|c| c.get())
+}
+
+fn count() {
+    ALLOCS.fetch_add(1, Ordering::Relaxed);
+    let _ = MINE.try_with(|c| c.set(c.get() + 1));
+}
+
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded contract.
         unsafe { System.alloc(l) }
     }
@@ -23,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: forwarded contract.
         unsafe { System.realloc(p, l, n) }
     }
@@ -48,7 +63,7 @@ fn post_and_poll_allocate_nothing() {
     let mut cqe = [0u8; 64];
     cqe[56..60].copy_from_slice(&(0x0800_01c5u32).to_be_bytes());
 
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = mine();
     for round in 0..200u64 {
         let wrs = [
             SendWr::new(
@@ -110,7 +125,63 @@ fn post_and_poll_allocate_nothing() {
         ci += 1;
         assert_eq!(cq.poll(&mut qp, &mut wc).unwrap(), 1);
     }
-    let after = ALLOCS.load(Ordering::SeqCst);
+    let after = mine();
     assert_eq!(after - before, 0, "the data path allocated");
     assert_eq!(qp.sq.free_bbs(), qp.sq.wqe_cnt());
+}
+
+/// The safe API's data path (and the software device's pass in step mode)
+/// allocates nothing either.
+#[test]
+fn api_post_step_poll_allocate_nothing() {
+    use rdma_direct::api::*;
+    use rdma_direct::soft::{SoftConfig, SoftDevice};
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let mut cqa = dev.create_cq(64).unwrap();
+    let mut cqb = dev.create_cq(64).unwrap();
+    let mut a = pd.create_qp(&cqa, &cqa, &QpInit::default()).unwrap();
+    let mut b = pd.create_qp(&cqb, &cqb, &QpInit::default()).unwrap();
+    let acc = ConnectAttr {
+        access: Access::REMOTE_WRITE,
+        ..Default::default()
+    };
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(&ib, &acc).unwrap();
+    b.connect(&ia, &acc).unwrap();
+    let src = pd.register(64, Access::NONE).unwrap();
+    let dst = pd
+        .register(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let mut wc = [Wc::default(); 8];
+    let before = mine();
+    for i in 0..100u64 {
+        let rsge = [dst.sge(0, 64)];
+        b.post_recv(&[RecvWr {
+            wr_id: i,
+            sges: &rsge,
+        }])
+        .unwrap();
+        let sge = [src.sge(0, 8)];
+        let wrs = [
+            SendWr::new(
+                i,
+                SendOp::Write {
+                    remote: dst.remote(8),
+                },
+                &sge,
+                SendFlags::NONE,
+            ),
+            SendWr::new(i, SendOp::Send, &sge, SendFlags::SIGNALED),
+        ];
+        a.post_send(&wrs).unwrap();
+        dev.backend().step();
+        assert_eq!(cqa.poll(&mut a, &mut wc).unwrap(), 1);
+        assert_eq!(cqb.poll(&mut b, &mut wc).unwrap(), 1);
+    }
+    assert_eq!(
+        mine() - before,
+        0,
+        "the API data path or the device pass allocated"
+    );
 }
