@@ -14,11 +14,11 @@
 mod parse;
 
 use parse::{
-    format_bytes, read_recv_wr, read_send_wr, Case, Field, GoldenFile, SendWrSpec, SgeSpec,
+    format_bytes, read_recv_wr, read_send_wr, send_op, Case, Field, GoldenFile, SendWrSpec, SgeSpec,
 };
 use rdma_direct::provider::mlx5::{BfPolicy, Mlx5Qp, SqConfig, Wc, WcOpcode, WcStatus};
 use rdma_direct::testutil::{AlignedBuf, FakeGeometry, FakeMlx5};
-use rdma_direct::{Error, Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use rdma_direct::{Error, Payload, RecvWr, SendFlags, SendWr, Sge};
 
 const PREFILLS: [u8; 2] = [0x00, 0xff];
 const EXPECTED_CASES: usize = 23;
@@ -153,54 +153,6 @@ impl Arena {
     fn read(&self, fake: u64, len: usize) -> Vec<u8> {
         let (i, off) = self.find(fake, len as u64);
         self.regions[i].1.bytes()[off..off + len].to_vec()
-    }
-}
-
-/// The typed operation of a vector WR (`imm_data = v` is our host `imm`).
-fn send_op(case: &Case, spec: &SendWrSpec) -> SendOp {
-    let name = &case.name;
-    let remote = || {
-        Remote::new(
-            spec.remote_addr
-                .unwrap_or_else(|| panic!("[{name}] {} without remote_addr", spec.opcode)),
-            spec.rkey
-                .unwrap_or_else(|| panic!("[{name}] {} without rkey", spec.opcode)),
-        )
-    };
-    let imm = || {
-        spec.imm_data
-            .unwrap_or_else(|| panic!("[{name}] {} without imm_data", spec.opcode))
-    };
-    let cmp_add = || {
-        spec.compare_add
-            .unwrap_or_else(|| panic!("[{name}] {} without compare_add", spec.opcode))
-    };
-    match spec.opcode.as_str() {
-        "SEND" => SendOp::Send,
-        "SEND_WITH_IMM" => SendOp::SendImm { imm: imm() },
-        "SEND_WITH_INV" => SendOp::SendInv {
-            rkey: spec
-                .invalidate_rkey
-                .unwrap_or_else(|| panic!("[{name}] SEND_WITH_INV without invalidate_rkey")),
-        },
-        "RDMA_WRITE" => SendOp::Write { remote: remote() },
-        "RDMA_WRITE_WITH_IMM" => SendOp::WriteImm {
-            remote: remote(),
-            imm: imm(),
-        },
-        "RDMA_READ" => SendOp::Read { remote: remote() },
-        "ATOMIC_CMP_AND_SWP" => SendOp::CompareSwap {
-            remote: remote(),
-            compare: cmp_add(),
-            swap: spec
-                .swap
-                .unwrap_or_else(|| panic!("[{name}] CAS without swap")),
-        },
-        "ATOMIC_FETCH_AND_ADD" => SendOp::FetchAdd {
-            remote: remote(),
-            add: cmp_add(),
-        },
-        other => panic!("[{name}] unsupported WR opcode {other:?}"),
     }
 }
 

@@ -472,6 +472,84 @@ pub fn read_recv_wr(case: &Case, prefix: &str) -> (u64, Vec<SgeSpec>) {
     )
 }
 
+/// Translates a vector WR into the typed API (see the vector header:
+/// `imm_data = v` is posted as `htobe32(v)`, i.e. our host-order `imm`).
+pub fn send_op(case: &Case, spec: &SendWrSpec) -> rdma_direct::SendOp {
+    use rdma_direct::{Remote, SendOp};
+    let name = &case.name;
+    let remote = || {
+        Remote::new(
+            spec.remote_addr
+                .unwrap_or_else(|| panic!("[{name}] {} without remote_addr", spec.opcode)),
+            spec.rkey
+                .unwrap_or_else(|| panic!("[{name}] {} without rkey", spec.opcode)),
+        )
+    };
+    let imm = || {
+        spec.imm_data
+            .unwrap_or_else(|| panic!("[{name}] {} without imm_data", spec.opcode))
+    };
+    let cmp_add = || {
+        spec.compare_add
+            .unwrap_or_else(|| panic!("[{name}] {} without compare_add", spec.opcode))
+    };
+    let has_remote = spec.remote_addr.is_some() || spec.rkey.is_some();
+    let op = match spec.opcode.as_str() {
+        "SEND" => SendOp::Send,
+        "SEND_WITH_IMM" => SendOp::SendImm { imm: imm() },
+        "SEND_WITH_INV" => SendOp::SendInv {
+            rkey: spec
+                .invalidate_rkey
+                .unwrap_or_else(|| panic!("[{name}] SEND_WITH_INV without invalidate_rkey")),
+        },
+        "RDMA_WRITE" => SendOp::Write { remote: remote() },
+        "RDMA_WRITE_WITH_IMM" => SendOp::WriteImm {
+            remote: remote(),
+            imm: imm(),
+        },
+        "RDMA_READ" => SendOp::Read { remote: remote() },
+        "ATOMIC_CMP_AND_SWP" => SendOp::CompareSwap {
+            remote: remote(),
+            compare: cmp_add(),
+            swap: spec
+                .swap
+                .unwrap_or_else(|| panic!("[{name}] CAS without swap")),
+        },
+        // `swap` is ignored by FETCH_AND_ADD (vector header).
+        "ATOMIC_FETCH_AND_ADD" => SendOp::FetchAdd {
+            remote: remote(),
+            add: cmp_add(),
+        },
+        other => panic!("[{name}] unsupported WR opcode {other:?}"),
+    };
+    // Fields that do not apply to the opcode must be absent.
+    assert_eq!(
+        has_remote,
+        op.remote().is_some(),
+        "[{name}] remote fields vs opcode {}",
+        spec.opcode
+    );
+    assert_eq!(
+        spec.imm_data.is_some(),
+        matches!(op, SendOp::SendImm { .. } | SendOp::WriteImm { .. }),
+        "[{name}] imm_data vs opcode {}",
+        spec.opcode
+    );
+    assert_eq!(
+        spec.invalidate_rkey.is_some(),
+        matches!(op, SendOp::SendInv { .. }),
+        "[{name}] invalidate_rkey vs opcode {}",
+        spec.opcode
+    );
+    assert_eq!(
+        spec.compare_add.is_some(),
+        op.is_atomic(),
+        "[{name}] compare_add vs opcode {}",
+        spec.opcode
+    );
+    op
+}
+
 #[cfg(test)]
 mod parser_tests {
     use super::*;
