@@ -223,7 +223,7 @@ impl rdd_status {
             rdd_status::Ok => "success",
             rdd_status::NullParameter => "a required pointer parameter is NULL",
             rdd_status::InvalidHandle => {
-                "queue handle not initialised, already finalised, or moved after init"
+                "invalid handle: never valid, destroyed or finalised, or a queue handle moved after init"
             }
             rdd_status::BufferTooSmall => "output buffer too small",
             rdd_status::Panic => "a panic was caught at the C boundary",
