@@ -195,19 +195,7 @@ impl Harness {
         } else {
             assert_eq!(d.fm_ce_se, fm_ce_se, "fm_ce_se of {w:?}");
         }
-        assert_eq!(d.imm, send::imm(&w.op), "imm");
-        assert_eq!(
-            d.remote,
-            w.op.remote().map(|r| (r.addr, r.rkey)),
-            "remote of {w:?}"
-        );
-        assert_eq!(d.atomic, send::atomic_fields(&w.op), "atomic operands");
-        assert_eq!(d.sges, send::expected_sges(w), "SGEs of {w:?}");
-        let inline = match w.inline_len() {
-            Some(n) if n > 0 => Some(w.inline_bytes()),
-            _ => None,
-        };
-        assert_eq!(d.inline, inline, "inline payload of {w:?}");
+        send::check_payload(&d, w);
         // Reserved bytes: signature and DC stream id of the control segment,
         // the reserved word of the remote-address segment.
         let base = (p.start & mask) as usize * 64;

@@ -455,19 +455,7 @@ impl Harness {
             fm_ce_se |= ctrl::FENCE;
         }
         assert_eq!(d.fm_ce_se, fm_ce_se, "fm_ce_se of {w:?}");
-        assert_eq!(d.imm, send::imm(&w.op), "imm of {w:?}");
-        assert_eq!(
-            d.remote,
-            w.op.remote().map(|r| (r.addr, r.rkey)),
-            "remote of {w:?}"
-        );
-        assert_eq!(d.atomic, send::atomic_fields(&w.op), "atomic operands");
-        assert_eq!(d.sges, send::expected_sges(w), "SGEs of {w:?}");
-        let inline = match w.inline_len() {
-            Some(n) if n > 0 => Some(w.inline_bytes()),
-            _ => None,
-        };
-        assert_eq!(d.inline, inline, "inline payload of {w:?}");
+        send::check_payload(&d, w);
     }
 
     /// Posts `wrs` with one `rdd_mlx5_sq_post` call and checks every

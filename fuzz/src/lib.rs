@@ -451,6 +451,25 @@ pub mod send {
     }
 
     /// The immediate field of the control segment (host order).
+    /// Checks the parts of a decoded WQE that follow from the WR alone:
+    /// immediate, remote address, atomic operands, data segments (zero-length
+    /// ones skipped, atomics forced to 8 bytes) and inline payload.
+    pub fn check_payload(d: &rdma_direct::testutil::DecodedWqe, w: &WrSpec) {
+        assert_eq!(d.imm, imm(&w.op), "imm of {w:?}");
+        assert_eq!(
+            d.remote,
+            w.op.remote().map(|r| (r.addr, r.rkey)),
+            "remote of {w:?}"
+        );
+        assert_eq!(d.atomic, atomic_fields(&w.op), "atomic operands of {w:?}");
+        assert_eq!(d.sges, expected_sges(w), "SGEs of {w:?}");
+        let inline = match w.inline_len() {
+            Some(n) if n > 0 => Some(w.inline_bytes()),
+            _ => None,
+        };
+        assert_eq!(d.inline, inline, "inline payload of {w:?}");
+    }
+
     pub fn imm(op: &SendOp) -> u32 {
         match *op {
             SendOp::SendImm { imm } | SendOp::WriteImm { imm, .. } => imm,
