@@ -440,6 +440,30 @@ enum rdd_status
      */
     RDD_STATUS_RESOURCE_EXHAUSTED = 1404,
     /**
+     * Not supported by this backend or device.
+     */
+    RDD_STATUS_UNSUPPORTED = 1405,
+    /**
+     * No RDMA device, or none with that name.
+     */
+    RDD_STATUS_NO_DEVICE = 1406,
+    /**
+     * A bounded wait ran out.
+     */
+    RDD_STATUS_TIMEOUT = 1407,
+    /**
+     * Connection setup failed; a retry may succeed.
+     */
+    RDD_STATUS_CONNECT_FAILED = 1408,
+    /**
+     * The RDMA provider reported an error.
+     */
+    RDD_STATUS_PROVIDER_ERROR = 1409,
+    /**
+     * Malformed connection data from the peer.
+     */
+    RDD_STATUS_PROTOCOL_ERROR = 1410,
+    /**
      * A required pointer parameter was NULL; nothing happened.
      */
     RDD_STATUS_NULL_PARAMETER = 2001,

@@ -48,37 +48,115 @@ use crate::util::AlignedBuf;
 use crate::wr::{QpCaps, RecvWr, Remote, SendWr, Sge};
 
 pub use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
-pub use crate::soft::{Access, QpInit, QpModify};
+pub use crate::soft::{Access, AddressVector, QpInit, QpModify};
 
-/// What a backend hands out for a CQ: mlx5 queue fields plus whatever
-/// keeps the memory alive.
+/// A data path other than the crate's mlx5 core, for the send and
+/// receive queues of one QP: libibverbs' `ibv_post_send` /
+/// `ibv_post_recv` on providers without a direct path (rxe, siw, ...).
+///
+/// Implementations validate every WR with the crate's rules (same typed
+/// errors as the direct path) before handing it to the provider, and stop
+/// at the first refused WR like [`Qp::post_send`].
+pub trait PortableQp: Send {
+    /// Posts send WRs, batching them into as few provider calls as it can.
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Posts receive WRs.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Send WRs that can be posted now without overflowing the SQ.
+    fn send_space(&self) -> u32;
+    /// Called after a successful state change (so the data path can refuse
+    /// posts the state forbids, and reset its counters on RESET).
+    fn state_changed(&mut self, state: QpState);
+}
+
+/// The completion side of a portable data path: polls one CQ and reports
+/// completions with the user's wr_ids.
+pub trait PortableCq: Send {
+    /// Polls up to `out.len()` completions.
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize>;
+    /// Entries the CQ holds.
+    fn depth(&self) -> u32;
+}
+
+/// The queues of a CQ as a backend hands them out.
+pub enum RawCqPath {
+    /// mlx5 CQ memory, polled by the crate's core.
+    Mlx5(Mlx5dvCq),
+    /// A provider-polled CQ.
+    Portable(Box<dyn PortableCq>),
+}
+
+/// What a backend hands out for a CQ: its queues plus whatever keeps the
+/// memory alive.
 pub struct RawCq {
-    /// `mlx5dv_cq` fields.
-    pub dv: Mlx5dvCq,
-    /// CQ number.
+    /// The queues.
+    pub path: RawCqPath,
+    /// CQ number (a backend-chosen handle).
     pub cqn: u32,
     /// Keeps the queue memory alive while any handle exists.
     pub keep: Arc<dyn Any + Send + Sync>,
 }
 
+/// The queues of a QP as a backend hands them out.
+pub enum RawQpPath {
+    /// mlx5 queue memory (`mlx5dv_qp` fields), written by the crate's core.
+    Mlx5(Mlx5dvQp),
+    /// A provider-posted QP.
+    Portable(Box<dyn PortableQp>),
+}
+
 /// What a backend hands out for a QP.
 pub struct RawQp {
-    /// `mlx5dv_qp` fields.
-    pub dv: Mlx5dvQp,
+    /// The queues.
+    pub path: RawQpPath,
     /// QP number.
     pub qpn: u32,
     /// Granted capabilities.
     pub caps: QpCaps,
+    /// This QP's initial send PSN (24 bits), given to the peer.
+    pub psn: u32,
     /// Keeps the queue memory alive.
     pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The keys of a registered region. They differ on some devices; use the
+/// lkey in local SGEs and hand the rkey to peers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (meaningless when no remote access was granted).
+    pub rkey: u32,
+}
+
+/// How a port moves RDMA traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// The in-process software HCA.
+    #[default]
+    Soft,
+    /// InfiniBand: addressed by LID; GRH optional.
+    InfiniBand,
+    /// RoCE (InfiniBand transport over Ethernet; v2 over UDP/IP):
+    /// addressed by GID, every packet carries a GRH.
+    Roce,
+    /// iWARP (over TCP): connections only through rdma_cm.
+    Iwarp,
 }
 
 /// Port attributes used to connect QPs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortInfo {
+    /// Port number (1-based).
+    pub port_num: u8,
+    /// Transport and link layer.
+    pub transport: Transport,
     /// Local identifier (InfiniBand).
     pub lid: u16,
-    /// GID (RoCE/iWARP addressing).
+    /// GID table index QPs send from by default (on RoCE the RoCEv2 IPv4
+    /// entry when there is one).
+    pub gid_index: u8,
+    /// The GID at `gid_index` (RoCE/iWARP addressing).
     pub gid: [u8; 16],
     /// Active MTU in bytes.
     pub mtu: u32,
@@ -95,13 +173,14 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc_pd(&self) -> Result<u32>;
     /// Frees a protection domain.
     fn dealloc_pd(&self, pd: u32) -> Result<()>;
-    /// Registers memory; returns the key (lkey = rkey).
+    /// Registers memory with exactly `access`; returns its keys.
     ///
     /// # Safety
     /// The memory must stay valid until `dereg_mr` returns.
-    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<u32>;
-    /// Deregisters; afterwards the device never touches the memory.
-    fn dereg_mr(&self, key: u32) -> Result<()>;
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<MrKeys>;
+    /// Deregisters the region with local key `lkey`; afterwards the device
+    /// never touches the memory.
+    fn dereg_mr(&self, lkey: u32) -> Result<()>;
     /// Creates a CQ with at least `depth` entries.
     fn create_cq(&self, depth: u32) -> Result<RawCq>;
     /// Destroys a CQ.
@@ -120,7 +199,10 @@ impl Backend for crate::soft::SoftDevice {
     }
     fn port(&self) -> PortInfo {
         PortInfo {
+            port_num: 1,
+            transport: Transport::Soft,
             lid: 1,
+            gid_index: 0,
             gid: [0; 16],
             mtu: 4096,
         }
@@ -131,17 +213,21 @@ impl Backend for crate::soft::SoftDevice {
     fn dealloc_pd(&self, pd: u32) -> Result<()> {
         crate::soft::SoftDevice::dealloc_pd(self, pd)
     }
-    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<u32> {
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<MrKeys> {
         // SAFETY: forwarded contract.
-        unsafe { crate::soft::SoftDevice::reg_mr(self, pd, addr, len, access) }
+        let key = unsafe { crate::soft::SoftDevice::reg_mr(self, pd, addr, len, access) }?;
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
     }
-    fn dereg_mr(&self, key: u32) -> Result<()> {
-        crate::soft::SoftDevice::dereg_mr(self, key)
+    fn dereg_mr(&self, lkey: u32) -> Result<()> {
+        crate::soft::SoftDevice::dereg_mr(self, lkey)
     }
     fn create_cq(&self, depth: u32) -> Result<RawCq> {
         let c = crate::soft::SoftDevice::create_cq(self, depth)?;
         Ok(RawCq {
-            dv: c.dv,
+            path: RawCqPath::Mlx5(c.dv),
             cqn: c.cqn,
             keep: c.mem,
         })
@@ -152,9 +238,10 @@ impl Backend for crate::soft::SoftDevice {
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
         let q = crate::soft::SoftDevice::create_qp(self, pd, send_cq, recv_cq, init)?;
         Ok(RawQp {
-            dv: q.dv,
+            path: RawQpPath::Mlx5(q.dv),
             qpn: q.qpn,
             caps: q.caps,
+            psn: 0,
             keep: q.mem,
         })
     }
@@ -224,7 +311,15 @@ impl<B: Backend> Drop for CqInner<B> {
 /// A completion queue and its poller.
 pub struct Cq<B: Backend> {
     inner: Arc<CqInner<B>>,
-    cq: CompletionQueue,
+    cq: CqPath,
+}
+
+/// The poller behind a [`Cq`].
+enum CqPath {
+    /// The crate's mlx5 core.
+    Mlx5(CompletionQueue),
+    /// A provider-polled CQ.
+    Portable(Box<dyn PortableCq>),
 }
 
 /// A registered memory region that owns its buffer.
@@ -235,7 +330,7 @@ pub struct Cq<B: Backend> {
 /// that cover the device's.
 pub struct Mr<B: Backend> {
     pd: Arc<PdInner<B>>,
-    key: u32,
+    keys: MrKeys,
     access: Access,
     buf: AlignedBuf,
     len: usize,
@@ -266,6 +361,24 @@ pub struct ConnectAttr {
     pub rnr_retry: u8,
     /// Transport retries.
     pub retry_cnt: u8,
+    /// Local ACK timeout (IB encoding: 4.096 µs · 2^timeout).
+    pub timeout: u8,
+    /// Minimum RNR NAK timer (IB encoding; 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// RDMA READs/atomics outstanding in each direction.
+    pub max_rd_atomic: u8,
+    /// GID index to send from (`None`: the port's default,
+    /// [`PortInfo::gid_index`]).
+    pub gid_index: Option<u8>,
+    /// GRH hop limit (TTL on RoCEv2).
+    pub hop_limit: u8,
+    /// GRH traffic class: the DSCP/ECN byte on RoCEv2, so this QP's
+    /// traffic can be mapped to its own PFC priority.
+    pub traffic_class: u8,
+    /// Service level (InfiniBand SL; VLAN priority on RoCE).
+    pub sl: u8,
+    /// Cap the path MTU below what both ports support (bytes, 0 = none).
+    pub max_mtu: u32,
 }
 
 impl Default for ConnectAttr {
@@ -274,6 +387,14 @@ impl Default for ConnectAttr {
             access: Access::NONE,
             rnr_retry: 7,
             retry_cnt: 7,
+            timeout: 14,
+            min_rnr_timer: 12,
+            max_rd_atomic: 1,
+            gid_index: None,
+            hop_limit: 64,
+            traffic_class: 0,
+            sl: 0,
+            max_mtu: 0,
         }
     }
 }
@@ -286,13 +407,29 @@ pub struct Qp<B: Backend> {
     _recv_cq: Arc<CqInner<B>>,
     qpn: u32,
     caps: QpCaps,
+    psn: u32,
+    path: QpPath,
+    _keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The data path behind a [`Qp`]. The mlx5 queues stay inline (no extra
+/// pointer chase on the post path), hence the size difference.
+#[allow(clippy::large_enum_variant)]
+enum QpPath {
+    /// The crate's mlx5 core.
+    Mlx5(Mlx5Queues),
+    /// A provider-posted QP, and the state this handle last set.
+    Portable(Box<dyn PortableQp>, QpState),
+}
+
+/// The mlx5 queues of a QP.
+struct Mlx5Queues {
     sq: SendQueue,
     rq: RecvQueue,
     // Side tables the queues point into; boxed so moves keep them put.
     _sq_wrid: Box<[WrSlot]>,
     _rq_wrid: Box<[u64]>,
     dv: Mlx5dvQp,
-    _keep: Arc<dyn Any + Send + Sync>,
 }
 
 // SAFETY: the raw queue descriptor (`dv`) only names memory kept alive by
@@ -326,11 +463,24 @@ impl<B: Backend> Device<B> {
     /// Creates a CQ with room for at least `depth` completions.
     pub fn create_cq(&self, depth: u32) -> Result<Cq<B>> {
         let raw = self.b.create_cq(depth)?;
-        // SAFETY: the backend guarantees the descriptor describes live CQ
-        // memory kept alive by `raw.keep`, which `CqInner` holds as long as
-        // the poller exists.
-        let mut cq = unsafe { CompletionQueue::from_raw(&raw.dv) }?;
-        cq.set_scatter_to_cqe(false);
+        let cq = match raw.path {
+            RawCqPath::Mlx5(dv) => {
+                // SAFETY: the backend guarantees the descriptor describes
+                // live CQ memory kept alive by `raw.keep`, which `CqInner`
+                // holds as long as the poller exists.
+                match unsafe { CompletionQueue::from_raw(&dv) } {
+                    Ok(mut cq) => {
+                        cq.set_scatter_to_cqe(false);
+                        CqPath::Mlx5(cq)
+                    }
+                    Err(e) => {
+                        let _ = self.b.destroy_cq(raw.cqn);
+                        return Err(e);
+                    }
+                }
+            }
+            RawCqPath::Portable(p) => CqPath::Portable(p),
+        };
         Ok(Cq {
             inner: Arc::new(CqInner {
                 b: Arc::clone(&self.b),
@@ -349,14 +499,14 @@ impl<B: Backend> Pd<B> {
         let buf = AlignedBuf::new(len);
         // SAFETY: `buf` lives in the returned Mr, which deregisters before
         // freeing it (Drop order: key first, then the buffer).
-        let key = unsafe {
+        let keys = unsafe {
             self.inner
                 .b
                 .reg_mr(self.inner.pd, buf.ptr() as u64, len as u64, access)
         }?;
         Ok(Mr {
             pd: Arc::clone(&self.inner),
-            key,
+            keys,
             access,
             buf,
             len,
@@ -368,56 +518,66 @@ impl<B: Backend> Pd<B> {
     pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
         let b = &self.inner.b;
         let raw = b.create_qp(self.inner.pd, send_cq.inner.cqn, recv_cq.inner.cqn, init)?;
-        let mut sq_wrid = vec![WrSlot::default(); raw.dv.sq_wqe_cnt as usize].into_boxed_slice();
-        let mut rq_wrid = vec![0u64; raw.dv.rq_wqe_cnt as usize].into_boxed_slice();
-        let built = (|| {
-            // SAFETY: the descriptor names queue memory kept alive by
-            // `raw.keep` (held by the Qp); the side tables are boxed and
-            // owned by the Qp; SGEs posted through the safe API are checked
-            // by the device against registered regions before any access,
-            // and scatter-to-CQE is disabled on the pollers.
-            let sq = unsafe {
-                SendQueue::from_raw(
-                    &raw.dv,
-                    raw.qpn,
-                    raw.caps,
-                    SqConfig::default(),
-                    NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
-                    sq_wrid.len(),
-                )
-            }?;
-            // SAFETY: as above.
-            let rq = unsafe {
-                RecvQueue::from_raw(
-                    &raw.dv,
-                    &raw.caps,
-                    NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
-                    rq_wrid.len(),
-                )
-            }?;
-            Ok::<_, Error>((sq, rq))
-        })();
-        let (mut sq, mut rq) = match built {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = b.destroy_qp(raw.qpn);
-                return Err(e);
-            }
+        let path = match raw.path {
+            RawQpPath::Mlx5(dv) => match Mlx5Queues::new(dv, raw.qpn, raw.caps) {
+                Ok(q) => QpPath::Mlx5(q),
+                Err(e) => {
+                    let _ = b.destroy_qp(raw.qpn);
+                    return Err(e);
+                }
+            },
+            RawQpPath::Portable(p) => QpPath::Portable(p, QpState::Reset),
         };
-        sq.set_state(QpState::Reset);
-        rq.set_state(QpState::Reset);
         Ok(Qp {
             pd: Arc::clone(&self.inner),
             _send_cq: Arc::clone(&send_cq.inner),
             _recv_cq: Arc::clone(&recv_cq.inner),
             qpn: raw.qpn,
             caps: raw.caps,
+            psn: raw.psn & 0xff_ffff,
+            path,
+            _keep: raw.keep,
+        })
+    }
+}
+
+impl Mlx5Queues {
+    /// Builds the core's queues over a backend's mlx5 descriptor.
+    fn new(dv: Mlx5dvQp, qpn: u32, caps: QpCaps) -> Result<Mlx5Queues> {
+        let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize].into_boxed_slice();
+        let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize].into_boxed_slice();
+        // SAFETY: the descriptor names queue memory kept alive by the
+        // backend's `keep` (held by the Qp next to these queues); the side
+        // tables are boxed and owned alongside; SGEs posted through the safe
+        // API are checked by the device against registered regions before
+        // any access, and scatter-to-CQE is disabled on the pollers.
+        let mut sq = unsafe {
+            SendQueue::from_raw(
+                &dv,
+                qpn,
+                caps,
+                SqConfig::default(),
+                NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+                sq_wrid.len(),
+            )
+        }?;
+        // SAFETY: as above.
+        let mut rq = unsafe {
+            RecvQueue::from_raw(
+                &dv,
+                &caps,
+                NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+                rq_wrid.len(),
+            )
+        }?;
+        sq.set_state(QpState::Reset);
+        rq.set_state(QpState::Reset);
+        Ok(Mlx5Queues {
             sq,
             rq,
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
-            dv: raw.dv,
-            _keep: raw.keep,
+            dv,
         })
     }
 }
@@ -425,11 +585,11 @@ impl<B: Backend> Pd<B> {
 impl<B: Backend> Mr<B> {
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        self.key
+        self.keys.lkey
     }
     /// Remote key (give it to peers that need access).
     pub fn rkey(&self) -> u32 {
-        self.key
+        self.keys.rkey
     }
     /// Access flags the region was registered with.
     pub fn access(&self) -> Access {
@@ -450,11 +610,11 @@ impl<B: Backend> Mr<B> {
     /// An SGE for `len` bytes at `offset` (bounds are checked by the
     /// device when the WR executes).
     pub fn sge(&self, offset: usize, len: u32) -> Sge {
-        Sge::new(self.addr().wrapping_add(offset as u64), len, self.key)
+        Sge::new(self.addr().wrapping_add(offset as u64), len, self.keys.lkey)
     }
     /// The remote address of byte `offset`, for a peer.
     pub fn remote(&self, offset: usize) -> Remote {
-        Remote::new(self.addr().wrapping_add(offset as u64), self.key)
+        Remote::new(self.addr().wrapping_add(offset as u64), self.keys.rkey)
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
@@ -481,7 +641,7 @@ impl<B: Backend> Mr<B> {
 impl<B: Backend> Drop for Mr<B> {
     fn drop(&mut self) {
         // Deregister before the buffer is freed (fields drop after this).
-        let _ = self.pd.b.dereg_mr(self.key);
+        let _ = self.pd.b.dereg_mr(self.keys.lkey);
     }
 }
 
@@ -492,14 +652,23 @@ impl<B: Backend> Cq<B> {
     }
     /// Entries.
     pub fn depth(&self) -> u32 {
-        self.cq.cqe_cnt()
+        match &self.cq {
+            CqPath::Mlx5(cq) => cq.cqe_cnt(),
+            CqPath::Portable(p) => p.depth(),
+        }
     }
     /// Polls up to `out.len()` completions of the QPs in `route` (one
     /// [`Qp`], or a slice of `&mut Qp` sharing this CQ). Allocation- and
     /// lock-free.
     #[inline]
+    ///
+    /// On a portable CQ (provider-polled) the route is not needed: the
+    /// provider retires queue space itself.
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
-        self.cq.poll(route, out)
+        match &mut self.cq {
+            CqPath::Mlx5(cq) => cq.poll(route, out),
+            CqPath::Portable(p) => p.poll(out),
+        }
     }
 }
 
@@ -512,21 +681,32 @@ impl<B: Backend> Qp<B> {
     pub fn caps(&self) -> &QpCaps {
         &self.caps
     }
-    /// Current state as this handle knows it (error completions move it to
-    /// ERROR).
+    /// Current state as this handle knows it (on the mlx5 path, error
+    /// completions move it to ERROR).
     pub fn state(&self) -> QpState {
-        self.sq.state()
+        match &self.path {
+            QpPath::Mlx5(q) => q.sq.state(),
+            QpPath::Portable(_, st) => *st,
+        }
     }
-    /// Free send-queue space in 64-byte basic blocks.
+    /// Free send-queue space: 64-byte basic blocks on the mlx5 path, WRs
+    /// on the portable path (the unit a WR of the smallest shape uses).
     pub fn send_space(&self) -> u32 {
-        self.sq.free_bbs()
+        match &self.path {
+            QpPath::Mlx5(q) => q.sq.free_bbs(),
+            QpPath::Portable(p, _) => p.send_space(),
+        }
+    }
+    /// This QP's initial send PSN.
+    pub fn psn(&self) -> u32 {
+        self.psn
     }
     /// Connection data to give the peer.
     pub fn info(&self) -> QpInfo {
         let p = self.pd.b.port();
         QpInfo {
             qpn: self.qpn,
-            psn: 0,
+            psn: self.psn,
             lid: p.lid,
             gid: p.gid,
             mtu: p.mtu,
@@ -536,27 +716,73 @@ impl<B: Backend> Qp<B> {
     /// Moves the QP to `m.state` (validated by the device).
     pub fn modify(&mut self, m: &QpModify) -> Result<()> {
         self.pd.b.modify_qp(self.qpn, m)?;
-        if m.state == QpState::Reset {
-            self.sq.reset_counters(0);
-            self.rq.reset_counters(0);
+        match &mut self.path {
+            QpPath::Mlx5(q) => {
+                if m.state == QpState::Reset {
+                    q.sq.reset_counters(0);
+                    q.rq.reset_counters(0);
+                }
+                q.sq.set_state(m.state);
+                q.rq.set_state(m.state);
+            }
+            QpPath::Portable(p, st) => {
+                p.state_changed(m.state);
+                *st = m.state;
+            }
         }
-        self.sq.set_state(m.state);
-        self.rq.set_state(m.state);
         Ok(())
     }
 
-    /// RESET → INIT → RTR → RTS towards `remote`.
+    /// The three state changes of [`Qp::connect`], without applying them:
+    /// INIT, RTR (towards `remote`) and RTS. On RoCE the GRH is always set
+    /// (from `attr`'s GID index, hop limit and traffic class); on
+    /// InfiniBand only when the peer has no LID.
+    pub fn connect_steps(&self, remote: &QpInfo, attr: &ConnectAttr) -> [QpModify; 3] {
+        let port = self.pd.b.port();
+        let mut init = QpModify::to(QpState::Init);
+        init.access = attr.access;
+        init.port_num = port.port_num.max(1);
+        let mut rtr = QpModify::to(QpState::Rtr);
+        rtr.port_num = init.port_num;
+        rtr.dest_qpn = remote.qpn;
+        rtr.rq_psn = remote.psn & 0xff_ffff;
+        let mut mtu = port.mtu.min(remote.mtu.max(256));
+        if attr.max_mtu != 0 {
+            mtu = mtu.min(attr.max_mtu);
+        }
+        rtr.path_mtu = mtu;
+        rtr.max_dest_rd_atomic = attr.max_rd_atomic;
+        rtr.min_rnr_timer = attr.min_rnr_timer;
+        rtr.av = AddressVector {
+            dlid: remote.lid,
+            sl: attr.sl,
+            is_global: port.transport == Transport::Roce || remote.lid == 0,
+            dgid: remote.gid,
+            sgid_index: attr.gid_index.unwrap_or(port.gid_index),
+            hop_limit: attr.hop_limit,
+            traffic_class: attr.traffic_class,
+            flow_label: 0,
+        };
+        let mut rts = QpModify::to(QpState::Rts);
+        rts.sq_psn = self.psn;
+        rts.timeout = attr.timeout;
+        rts.rnr_retry = attr.rnr_retry;
+        rts.retry_cnt = attr.retry_cnt;
+        rts.max_rd_atomic = attr.max_rd_atomic;
+        [init, rtr, rts]
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` (connection data
+    /// exchanged out of band). iWARP QPs connect only through rdma_cm and
+    /// get [`Error::Unsupported`] here.
     pub fn connect(&mut self, remote: &QpInfo, attr: &ConnectAttr) -> Result<()> {
-        let mut m = QpModify::to(QpState::Init);
-        m.access = attr.access;
-        self.modify(&m)?;
-        let mut m = QpModify::to(QpState::Rtr);
-        m.dest_qpn = remote.qpn;
-        self.modify(&m)?;
-        let mut m = QpModify::to(QpState::Rts);
-        m.rnr_retry = attr.rnr_retry;
-        m.retry_cnt = attr.retry_cnt;
-        self.modify(&m)
+        if self.pd.b.port().transport == Transport::Iwarp {
+            return Err(Error::Unsupported);
+        }
+        for m in self.connect_steps(remote, attr) {
+            self.modify(&m)?;
+        }
+        Ok(())
     }
 
     /// Posts send WRs with one doorbell. Stops at the first invalid WR:
@@ -564,24 +790,33 @@ impl<B: Backend> Qp<B> {
     /// WR's index. Nothing is written for the failed WR.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        // SAFETY: SGEs only reach the device, which checks every one
-        // against registered regions (lkey, bounds, PD, access) before any
-        // access; scatter-to-CQE is disabled on the API's pollers.
-        unsafe { self.sq.post_list(wrs) }
+        match &mut self.path {
+            // SAFETY: SGEs only reach the device, which checks every one
+            // against registered regions (lkey, bounds, PD, access) before
+            // any access; scatter-to-CQE is disabled on the API's pollers.
+            QpPath::Mlx5(q) => unsafe { q.sq.post_list(wrs) },
+            QpPath::Portable(p, _) => p.post_send(wrs),
+        }
     }
 
     /// Posts one send WR and rings the doorbell.
     #[inline]
     pub fn post_send_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        // SAFETY: as in `post_send`.
-        unsafe { self.sq.post_one(wr) }
+        match &mut self.path {
+            // SAFETY: as in `post_send`.
+            QpPath::Mlx5(q) => unsafe { q.sq.post_one(wr) },
+            QpPath::Portable(p, _) => p.post_send(core::slice::from_ref(wr)).map_err(|e| e.error),
+        }
     }
 
     /// Posts receive WRs with one doorbell-record update.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
-        // SAFETY: as in `post_send`.
-        unsafe { self.rq.post_list(wrs) }
+        match &mut self.path {
+            // SAFETY: as in `post_send`.
+            QpPath::Mlx5(q) => unsafe { q.rq.post_list(wrs) },
+            QpPath::Portable(p, _) => p.post_recv(wrs),
+        }
     }
 }
 
@@ -596,13 +831,12 @@ impl<B: Backend> Drop for Qp<B> {
 impl<B: Backend> CqRoute for Qp<B> {
     #[inline(always)]
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
-        if qpn == self.qpn {
-            Some(QpQueues {
-                sq: &mut self.sq,
-                rq: &mut self.rq,
-            })
-        } else {
-            None
+        match &mut self.path {
+            QpPath::Mlx5(q) if qpn == self.qpn => Some(QpQueues {
+                sq: &mut q.sq,
+                rq: &mut q.rq,
+            }),
+            _ => None,
         }
     }
 }
@@ -610,10 +844,9 @@ impl<B: Backend> CqRoute for Qp<B> {
 impl<B: Backend> CqRoute for [&mut Qp<B>] {
     #[inline]
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
-        self.iter_mut().find(|q| q.qpn == qpn).map(|q| QpQueues {
-            sq: &mut q.sq,
-            rq: &mut q.rq,
-        })
+        self.iter_mut()
+            .find(|q| q.qpn == qpn)
+            .and_then(|q| q.route(qpn))
     }
 }
 
@@ -663,12 +896,17 @@ impl<B: Backend> Qp<B> {
     /// a `Sync` posting handle and the poller that owns the completion
     /// side. Posting is lock-free from any number of threads; doorbells
     /// coalesce.
+    ///
+    /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise).
     pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
-        if self.sq.producer() != self.sq.retired() || self.sq.pending() != 0 {
+        let QpPath::Mlx5(q) = &self.path else {
+            return Err(Error::Unsupported);
+        };
+        if q.sq.producer() != q.sq.retired() || q.sq.pending() != 0 {
             return Err(Error::ResourceBusy);
         }
-        let cnt = self.dv.sq_wqe_cnt as usize;
-        let start = self.sq.producer();
+        let cnt = q.dv.sq_wqe_cnt as usize;
+        let start = q.sq.producer();
         let mut slots = vec![WrSlot::default(); cnt].into_boxed_slice();
         let ready: Box<[AtomicU32]> = (0..cnt).map(|_| AtomicU32::new(start)).collect();
         let storage = SharedStorage {
@@ -682,7 +920,7 @@ impl<B: Backend> Qp<B> {
         // holds (see `Qp::post_send`).
         let mut sq = unsafe {
             SharedSendQueue::from_raw(
-                &self.dv,
+                &q.dv,
                 self.qpn,
                 self.caps,
                 SqConfig::default(),
@@ -690,24 +928,30 @@ impl<B: Backend> Qp<B> {
                 start,
             )
         }?;
-        sq.set_state(self.sq.state());
+        sq.set_state(q.sq.state());
         // Move the parts out of `self` without running its Drop (which
         // would destroy the QP).
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: each field is read exactly once and `this` is never used
         // or dropped afterwards.
-        let (pd, send_cq, recv_cq, rq, rq_wrid, keep, sq_wrid) = unsafe {
+        let (pd, send_cq, recv_cq, path, keep) = unsafe {
             (
                 core::ptr::read(&this.pd),
                 core::ptr::read(&this._send_cq),
                 core::ptr::read(&this._recv_cq),
-                core::ptr::read(&this.rq),
-                core::ptr::read(&this._rq_wrid),
+                core::ptr::read(&this.path),
                 core::ptr::read(&this._keep),
-                core::ptr::read(&this._sq_wrid),
             )
         };
-        drop(sq_wrid);
+        let QpPath::Mlx5(Mlx5Queues {
+            rq,
+            _rq_wrid: rq_wrid,
+            ..
+        }) = path
+        else {
+            // Checked on entry; the path cannot change in between.
+            unreachable!("into_shared: path checked above")
+        };
         let shared = Arc::new(SharedQp {
             sq,
             qpn: this.qpn,
@@ -805,6 +1049,11 @@ impl<B: Backend> Cq<B> {
         route: &mut R,
         out: &mut [Wc],
     ) -> Result<usize> {
-        self.cq.poll_to(route, out)
+        match &mut self.cq {
+            CqPath::Mlx5(cq) => cq.poll_to(route, out),
+            // Shared QPs exist only on the mlx5 path; a portable CQ has
+            // none of their completions to route.
+            CqPath::Portable(p) => p.poll(out),
+        }
     }
 }

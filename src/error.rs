@@ -72,6 +72,24 @@ pub enum Error {
     InvalidAttribute = 1403,
     /// The device has no room for another object of this kind.
     ResourceExhausted = 1404,
+    /// The backend cannot do this (e.g. an operation that needs the direct
+    /// mlx5 queues on a device served by the portable verbs data path).
+    Unsupported = 1405,
+    /// No RDMA device, or none with the requested name (on a host whose
+    /// kernel has no RDMA support, libibverbs lists nothing).
+    NoDevice = 1406,
+    /// A bounded wait ran out (connection setup, an out-of-band exchange,
+    /// waiting for a completion).
+    Timeout = 1407,
+    /// Connection setup failed in a way worth retrying: the peer refused
+    /// or reset, rdma_cm reported a connect or address error, or the peer
+    /// went away during the exchange.
+    ConnectFailed = 1408,
+    /// A provider call failed with an error this crate has no closer code
+    /// for; `verbs::last_error()` has the call and its errno.
+    ProviderError = 1409,
+    /// The peer sent malformed connection data.
+    ProtocolError = 1410,
 
     // ---- 1300..1399: completions (device-written memory is untrusted) ----
     /// A compressed CQE (format 3). Compression is never requested by this
@@ -114,6 +132,12 @@ impl Error {
             1402 => Error::ResourceBusy,
             1403 => Error::InvalidAttribute,
             1404 => Error::ResourceExhausted,
+            1405 => Error::Unsupported,
+            1406 => Error::NoDevice,
+            1407 => Error::Timeout,
+            1408 => Error::ConnectFailed,
+            1409 => Error::ProviderError,
+            1410 => Error::ProtocolError,
             1301 => Error::CqeCompressed,
             1302 => Error::CqeCorrupt,
             _ => return None,
@@ -143,6 +167,12 @@ impl Error {
             Error::ResourceBusy => "object still in use",
             Error::InvalidAttribute => "invalid attribute or state transition",
             Error::ResourceExhausted => "device resources exhausted",
+            Error::Unsupported => "not supported by this backend or device",
+            Error::NoDevice => "no RDMA device (or none with that name)",
+            Error::Timeout => "timed out",
+            Error::ConnectFailed => "connection setup failed (transient: retry may succeed)",
+            Error::ProviderError => "the RDMA provider reported an error",
+            Error::ProtocolError => "malformed connection data from the peer",
             Error::CqeCompressed => "compressed CQE: compression is not supported",
             Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
         }
@@ -211,6 +241,12 @@ mod tests {
             Error::ResourceBusy,
             Error::InvalidAttribute,
             Error::ResourceExhausted,
+            Error::Unsupported,
+            Error::NoDevice,
+            Error::Timeout,
+            Error::ConnectFailed,
+            Error::ProviderError,
+            Error::ProtocolError,
             Error::CqeCompressed,
             Error::CqeCorrupt,
         ];

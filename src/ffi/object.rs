@@ -51,7 +51,7 @@ use std::vec::Vec;
 
 use static_assertions::{const_assert, const_assert_eq};
 
-use crate::api::Backend;
+use crate::api::{Backend, MrKeys, RawCqPath, RawQpPath};
 use crate::ffi::mlx5::{rdd_qp_caps, rdd_wc, RDD_MLX5_CQ_ARM_SOLICITED};
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{parse_recv, parse_send, rdd_recv_wr, rdd_wr, NO_PIECES};
@@ -582,7 +582,7 @@ unsafe impl Sync for MrBuf {}
 
 struct MrObj {
     backend: Arc<dyn Backend>,
-    key: u32,
+    keys: MrKeys,
     len: usize,
     buf: MrBuf,
     _pd_link: Arc<()>,
@@ -592,7 +592,7 @@ impl Drop for MrObj {
     fn drop(&mut self) {
         // Deregister first: afterwards the device never touches the
         // buffer, which is freed with the fields.
-        let _ = self.backend.dereg_mr(self.key);
+        let _ = self.backend.dereg_mr(self.keys.lkey);
     }
 }
 
@@ -901,7 +901,7 @@ pub unsafe extern "C" fn rdd_mr_reg(
         };
         // SAFETY: `buf` moves into the MrObj, which deregisters the key
         // before the buffer is freed (Drop runs before the fields drop).
-        let key = match unsafe {
+        let keys = match unsafe {
             p.backend
                 .reg_mr(p.pd, buf.ptr.as_ptr() as u64, len as u64, access)
         } {
@@ -910,7 +910,7 @@ pub unsafe extern "C" fn rdd_mr_reg(
         };
         let obj = Box::new(MrObj {
             backend: Arc::clone(&p.backend),
-            key,
+            keys,
             len,
             buf,
             _pd_link: Arc::clone(&p.link),
@@ -976,7 +976,7 @@ pub unsafe extern "C" fn rdd_mr_lkey(mr: *const rdd_mr, out_lkey: *mut u32) -> r
         non_null!(out_lkey);
         let m = try_status!(shared::<MrObj>(h(mr)));
         // SAFETY: non-NULL (checked), writable (caller contract).
-        unsafe { put(out_lkey, m.key) };
+        unsafe { put(out_lkey, m.keys.lkey) };
         rdd_status::Ok
     })
 }
@@ -991,7 +991,7 @@ pub unsafe extern "C" fn rdd_mr_rkey(mr: *const rdd_mr, out_rkey: *mut u32) -> r
         non_null!(out_rkey);
         let m = try_status!(shared::<MrObj>(h(mr)));
         // SAFETY: non-NULL (checked), writable (caller contract).
-        unsafe { put(out_rkey, m.key) };
+        unsafe { put(out_rkey, m.keys.rkey) };
         rdd_status::Ok
     })
 }
@@ -1018,9 +1018,14 @@ pub unsafe extern "C" fn rdd_cq_create(
             Ok(r) => r,
             Err(e) => return e.into(),
         };
+        let RawCqPath::Mlx5(dv) = &raw.path else {
+            // The object-level C API drives the crate's mlx5 core only.
+            let _ = d.backend.destroy_cq(raw.cqn);
+            return rdd_status::Unsupported;
+        };
         // SAFETY: the backend's descriptor names live CQ memory kept alive
         // by `raw.keep`, which the CqObj holds as long as the poller.
-        let cq = match unsafe { CompletionQueue::from_raw(&raw.dv) } {
+        let cq = match unsafe { CompletionQueue::from_raw(dv) } {
             Ok(mut cq) => {
                 // The device never scatters to CQEs; never trust a copy.
                 cq.set_scatter_to_cqe(false);
@@ -1284,8 +1289,13 @@ pub unsafe extern "C" fn rdd_qp_create(
             sig_all: init.flags & RDD_QP_INIT_SIG_ALL != 0,
             ..SqConfig::default()
         };
-        let mut sq_wrid = vec![WrSlot::default(); raw.dv.sq_wqe_cnt as usize];
-        let mut rq_wrid = vec![0u64; raw.dv.rq_wqe_cnt as usize];
+        let RawQpPath::Mlx5(dv) = &raw.path else {
+            // The object-level C API drives the crate's mlx5 core only.
+            let _ = b.destroy_qp(raw.qpn);
+            return rdd_status::Unsupported;
+        };
+        let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
+        let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize];
         let built = (|| {
             // SAFETY: the descriptor names queue memory kept alive by
             // `raw.keep` (held by the QpObj); the side tables are owned by
@@ -1295,7 +1305,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             // scatter-to-CQE is off on the pollers.
             let sq = unsafe {
                 SendQueue::from_raw(
-                    &raw.dv,
+                    dv,
                     raw.qpn,
                     raw.caps,
                     cfg,
@@ -1306,7 +1316,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             // SAFETY: as above.
             let rq = unsafe {
                 RecvQueue::from_raw(
-                    &raw.dv,
+                    dv,
                     &raw.caps,
                     NonNull::new(rq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
                     rq_wrid.len(),

@@ -73,6 +73,18 @@ pub enum rdd_status {
     InvalidAttribute = 1403,
     /// The device has no room for another object of this kind.
     ResourceExhausted = 1404,
+    /// Not supported by this backend or device.
+    Unsupported = 1405,
+    /// No RDMA device, or none with that name.
+    NoDevice = 1406,
+    /// A bounded wait ran out.
+    Timeout = 1407,
+    /// Connection setup failed; a retry may succeed.
+    ConnectFailed = 1408,
+    /// The RDMA provider reported an error.
+    ProviderError = 1409,
+    /// Malformed connection data from the peer.
+    ProtocolError = 1410,
 
     // ---- 2000..2099: C boundary only ----
     /// A required pointer parameter was NULL; nothing happened.
@@ -153,6 +165,22 @@ const_assert_eq!(
     Error::ResourceExhausted.code()
 );
 
+const_assert_eq!(rdd_status::Unsupported as u32, Error::Unsupported.code());
+const_assert_eq!(rdd_status::NoDevice as u32, Error::NoDevice.code());
+const_assert_eq!(rdd_status::Timeout as u32, Error::Timeout.code());
+const_assert_eq!(
+    rdd_status::ConnectFailed as u32,
+    Error::ConnectFailed.code()
+);
+const_assert_eq!(
+    rdd_status::ProviderError as u32,
+    Error::ProviderError.code()
+);
+const_assert_eq!(
+    rdd_status::ProtocolError as u32,
+    Error::ProtocolError.code()
+);
+
 impl From<Error> for rdd_status {
     #[inline]
     fn from(e: Error) -> rdd_status {
@@ -208,6 +236,12 @@ impl rdd_status {
             Error::ResourceBusy => rdd_status::ResourceBusy,
             Error::InvalidAttribute => rdd_status::InvalidAttribute,
             Error::ResourceExhausted => rdd_status::ResourceExhausted,
+            Error::Unsupported => rdd_status::Unsupported,
+            Error::NoDevice => rdd_status::NoDevice,
+            Error::Timeout => rdd_status::Timeout,
+            Error::ConnectFailed => rdd_status::ConnectFailed,
+            Error::ProviderError => rdd_status::ProviderError,
+            Error::ProtocolError => rdd_status::ProtocolError,
         }
     }
 
