@@ -701,6 +701,25 @@ impl<B: Backend> Qp<B> {
     pub fn psn(&self) -> u32 {
         self.psn
     }
+    /// The device this QP lives on.
+    pub fn backend(&self) -> &B {
+        &self.pd.b
+    }
+    /// Records a state change made outside [`Qp::modify`] (rdma_cm moves
+    /// QPs itself, and on iWARP the kernel does).
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub(crate) fn set_known_state(&mut self, state: QpState) {
+        match &mut self.path {
+            QpPath::Mlx5(q) => {
+                q.sq.set_state(state);
+                q.rq.set_state(state);
+            }
+            QpPath::Portable(p, st) => {
+                p.state_changed(state);
+                *st = state;
+            }
+        }
+    }
     /// Connection data to give the peer.
     pub fn info(&self) -> QpInfo {
         let p = self.pd.b.port();

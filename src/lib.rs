@@ -46,6 +46,11 @@ pub mod api;
 #[cfg(feature = "soft")]
 pub mod soft;
 
+/// The verbs backend: libibverbs/librdmacm control path for real kernel
+/// devices (feature `verbs`).
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
 /// Std-only helpers (aligned buffers).
 #[cfg(feature = "std")]
 pub mod util;

@@ -1,0 +1,727 @@
+//! The portable data path: `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`
+//! on providers without a direct path (rxe, siw, ...), behind
+//! [`PortableQp`] and [`PortableCq`].
+//!
+//! It keeps the direct path's guarantees where the provider would not:
+//! * every WR is validated with the crate's rules first (same typed errors,
+//!   nothing handed to the provider for a refused WR);
+//! * WRs go to the provider as one chain per call (up to [`CHAIN`] WRs),
+//!   built on the stack: no allocation;
+//! * the provider sees our own wr_ids (a sequence number per queue; bit 63
+//!   marks receives), and a per-QP table ([`QpTrack`]) maps them back, so
+//!   send-queue space is exact, and an unsignaled run is broken by a forced
+//!   signal that the poller retires without reporting it (as the mlx5
+//!   core does);
+//! * provider-written completions are validated: a wr_id that does not
+//!   name an outstanding WR of that QP is [`Error::CqeCorrupt`], never an
+//!   out-of-bounds index.
+
+use std::boxed::Box;
+use std::sync::Mutex;
+use std::vec::Vec;
+
+use rdma_sys as sys;
+
+use super::fail;
+use crate::api::{PortableCq, PortableQp};
+use crate::error::{Error, PostError, Result};
+use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::wr::{validate_recv, validate_send, Payload, QpCaps, RecvWr, SendFlags, SendOp, SendWr};
+use std::sync::Arc;
+
+/// WRs per provider call.
+pub const CHAIN: usize = 32;
+/// SGEs per provider call (all WRs of a chain together).
+const SGES: usize = 128;
+/// Completions fetched from the provider per `ibv_poll_cq` call.
+const POLL_BATCH: usize = 32;
+/// wr_id bit that marks a receive.
+const RECV_BIT: u64 = 1 << 63;
+/// Slot flag: the user asked for a completion.
+const USER_SIGNALED: u32 = 1;
+
+/// One posted send: the user's wr_id and whether to report it.
+#[derive(Default)]
+struct Slot {
+    wr_id: AtomicU64,
+    flags: AtomicU32,
+}
+
+/// The wr_id bookkeeping of one QP, shared by its poster ([`VerbsQp`])
+/// and the pollers of its CQs ([`VerbsCq`]).
+///
+/// Sequence numbers only grow. The poster writes a slot, then publishes
+/// with a Release store of `*_posted` *before* handing the WR to the
+/// provider, so a poller that sees the WR's completion (which cannot exist
+/// before the provider call) and Acquire-loads `*_posted` sees the slot.
+/// The poller publishes retirement with a Release store of `*_done`; the
+/// poster Acquire-loads it before reusing slots.
+pub struct QpTrack {
+    qpn: u32,
+    sq: Box<[Slot]>,
+    sq_mask: u64,
+    sq_cap: u64,
+    rq: Box<[AtomicU64]>,
+    rq_mask: u64,
+    rq_cap: u64,
+    sq_posted: AtomicU64,
+    sq_done: AtomicU64,
+    rq_posted: AtomicU64,
+    rq_done: AtomicU64,
+    state: AtomicU32,
+}
+
+impl QpTrack {
+    /// Tables for a QP that holds `sq_cap` sends and `rq_cap` receives.
+    pub fn new(qpn: u32, sq_cap: u32, rq_cap: u32) -> QpTrack {
+        let sq_n = u64::from(sq_cap.max(1)).next_power_of_two();
+        let rq_n = u64::from(rq_cap.max(1)).next_power_of_two();
+        QpTrack {
+            qpn,
+            sq: (0..sq_n).map(|_| Slot::default()).collect(),
+            sq_mask: sq_n - 1,
+            sq_cap: u64::from(sq_cap.max(1)),
+            rq: (0..rq_n).map(|_| AtomicU64::new(0)).collect(),
+            rq_mask: rq_n - 1,
+            rq_cap: u64::from(rq_cap.max(1)),
+            sq_posted: AtomicU64::new(0),
+            sq_done: AtomicU64::new(0),
+            rq_posted: AtomicU64::new(0),
+            rq_done: AtomicU64::new(0),
+            state: AtomicU32::new(QpState::Reset as u32),
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Records the QP's state (posting checks it).
+    pub fn set_state(&self, st: QpState) {
+        // Relaxed: a hint for early, typed refusals; the provider enforces
+        // the real state.
+        self.state.store(st as u32, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> u32 {
+        // Relaxed: see `set_state`.
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// Sends posted and not yet retired.
+    pub fn sends_outstanding(&self) -> u64 {
+        // Relaxed: a snapshot for reporting.
+        self.sq_posted.load(Ordering::Relaxed) - self.sq_done.load(Ordering::Relaxed)
+    }
+
+    /// Maps a completion back to the user's wr_id; `None` for a forced
+    /// signal the user did not ask for (retired silently).
+    fn complete(&self, wr_id: u64, ok: bool) -> Result<Option<u64>> {
+        if wr_id & RECV_BIT != 0 {
+            let seq = wr_id & !RECV_BIT;
+            // Acquire: pairs with the poster's Release of rq_posted, so the
+            // slot written before it is visible.
+            let posted = self.rq_posted.load(Ordering::Acquire);
+            // Relaxed: only this poller writes rq_done.
+            let done = self.rq_done.load(Ordering::Relaxed);
+            if seq < done || seq >= posted {
+                return Err(Error::CqeCorrupt);
+            }
+            // Relaxed: ordered by the Acquire above.
+            let user = self.rq[(seq & self.rq_mask) as usize].load(Ordering::Relaxed);
+            // Release: the slot read above happens before the poster may
+            // reuse it.
+            self.rq_done.store(seq + 1, Ordering::Release);
+            return Ok(Some(user));
+        }
+        let seq = wr_id;
+        // Acquire: as for receives.
+        let posted = self.sq_posted.load(Ordering::Acquire);
+        // Relaxed: only this poller writes sq_done.
+        let done = self.sq_done.load(Ordering::Relaxed);
+        if seq < done || seq >= posted {
+            return Err(Error::CqeCorrupt);
+        }
+        let slot = &self.sq[(seq & self.sq_mask) as usize];
+        // Relaxed: ordered by the Acquire above.
+        let user = slot.wr_id.load(Ordering::Relaxed);
+        let flags = slot.flags.load(Ordering::Relaxed);
+        // An RC send queue completes in order: this completion retires
+        // every earlier (unsignaled) WR too. Release: see receives.
+        self.sq_done.store(seq + 1, Ordering::Release);
+        if ok && flags & USER_SIGNALED == 0 {
+            return Ok(None);
+        }
+        Ok(Some(user))
+    }
+}
+
+/// The CQ-side registry of the QPs completing on a CQ. Changed only by the
+/// control path; the poller keeps a copy and refreshes it when the
+/// generation moves, so polling takes no lock in steady state.
+#[derive(Default)]
+pub struct CqRegistry {
+    gen: AtomicU64,
+    qps: Mutex<Vec<Arc<QpTrack>>>,
+}
+
+impl CqRegistry {
+    /// Adds a QP.
+    pub fn add(&self, t: Arc<QpTrack>) {
+        let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.iter().any(|x| Arc::ptr_eq(x, &t)) {
+            v.push(t);
+        }
+        // Release: the list change happens before a poller that sees the new
+        // generation re-reads the list (it also takes the lock).
+        self.gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Removes a QP.
+    pub fn remove(&self, t: &Arc<QpTrack>) {
+        let mut v = self.qps.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|x| !Arc::ptr_eq(x, t));
+        // Release: as in `add`.
+        self.gen.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A portable QP: posts through libibverbs.
+pub struct VerbsQp {
+    qp: *mut sys::ibv_qp,
+    track: Arc<QpTrack>,
+    caps: QpCaps,
+    atomics: bool,
+    /// Unsignaled sends since the last signaled one.
+    unsignaled: u64,
+}
+
+// SAFETY: the QP pointer is used only through `&mut self` (one thread at a
+// time) and libibverbs QPs may be used from any thread.
+unsafe impl Send for VerbsQp {}
+
+impl VerbsQp {
+    /// Wraps a created QP.
+    pub fn new(qp: *mut sys::ibv_qp, track: Arc<QpTrack>, caps: QpCaps, atomics: bool) -> VerbsQp {
+        VerbsQp {
+            qp,
+            track,
+            caps,
+            atomics,
+            unsignaled: 0,
+        }
+    }
+}
+
+/// Fills `w` for one validated WR; SGEs go to `sges` from `*used`.
+fn fill_send(
+    w: &mut sys::ibv_send_wr,
+    wr: &SendWr<'_>,
+    sges: &mut [sys::ibv_sge; SGES],
+    used: &mut usize,
+) -> Result<()> {
+    use sys::ibv_wr_opcode as O;
+    let first = *used;
+    match wr.payload {
+        Payload::Sges(list) => {
+            for s in list {
+                sges[*used] = sys::ibv_sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                };
+                *used += 1;
+            }
+        }
+        Payload::Inline(pieces) => {
+            for p in pieces {
+                sges[*used] = sys::ibv_sge {
+                    addr: p.as_ptr() as u64,
+                    length: p.len() as u32,
+                    lkey: 0,
+                };
+                *used += 1;
+            }
+            w.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+    }
+    w.sg_list = if *used > first {
+        sges[first..].as_mut_ptr()
+    } else {
+        core::ptr::null_mut()
+    };
+    w.num_sge = (*used - first) as i32;
+    match wr.op {
+        SendOp::Send => w.opcode = O::IBV_WR_SEND,
+        SendOp::SendImm { imm } => {
+            w.opcode = O::IBV_WR_SEND_WITH_IMM;
+            w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+        SendOp::SendInv { rkey } => {
+            w.opcode = O::IBV_WR_SEND_WITH_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        }
+        SendOp::Write { remote } => {
+            w.opcode = O::IBV_WR_RDMA_WRITE;
+            w.wr.rdma = sys::rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+            };
+        }
+        SendOp::WriteImm { remote, imm } => {
+            w.opcode = O::IBV_WR_RDMA_WRITE_WITH_IMM;
+            w.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            w.wr.rdma = sys::rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+            };
+        }
+        SendOp::Read { remote } => {
+            w.opcode = O::IBV_WR_RDMA_READ;
+            w.wr.rdma = sys::rdma_t {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+            };
+        }
+        SendOp::CompareSwap {
+            remote,
+            compare,
+            swap,
+        } => {
+            w.opcode = O::IBV_WR_ATOMIC_CMP_AND_SWP;
+            w.wr.atomic = sys::atomic_t {
+                remote_addr: remote.addr,
+                compare_add: compare,
+                swap,
+                rkey: remote.rkey,
+            };
+        }
+        SendOp::FetchAdd { remote, add } => {
+            w.opcode = O::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            w.wr.atomic = sys::atomic_t {
+                remote_addr: remote.addr,
+                compare_add: add,
+                swap: 0,
+                rkey: remote.rkey,
+            };
+        }
+        // Standard verbs has no NOP work request.
+        SendOp::Nop => return Err(Error::Unsupported),
+    }
+    Ok(())
+}
+
+/// Number of provider SGE entries a WR needs.
+fn sge_count(wr: &SendWr<'_>) -> usize {
+    match wr.payload {
+        Payload::Sges(s) => s.len(),
+        Payload::Inline(p) => p.len(),
+    }
+}
+
+/// A zeroed send WR.
+fn blank_send() -> sys::ibv_send_wr {
+    // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero fields).
+    unsafe { core::mem::zeroed() }
+}
+
+impl PortableQp for VerbsQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        let t = &*self.track;
+        if !QpState::Rts.can_send()
+            || !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32)
+        {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidQpState,
+            });
+        }
+        let mut done = 0usize;
+        while done < wrs.len() {
+            let mut chain: [sys::ibv_send_wr; CHAIN] = core::array::from_fn(|_| blank_send());
+            let mut sges = [sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; SGES];
+            let mut used = 0usize;
+            let mut n = 0usize;
+            // Relaxed: this thread is the only writer of sq_posted.
+            let base = t.sq_posted.load(Ordering::Relaxed);
+            // Acquire: pairs with the poller's Release of sq_done, so the
+            // slots it has read are free to overwrite.
+            let retired = t.sq_done.load(Ordering::Acquire);
+            let mut refused = None;
+            while done + n < wrs.len() && n < CHAIN {
+                let wr = &wrs[done + n];
+                let check = validate_send(wr, &self.caps).and_then(|_| {
+                    if wr.op.is_atomic() && !self.atomics {
+                        return Err(Error::Unsupported);
+                    }
+                    if wr.flags.0 & !SendFlags::ALL.0 != 0 {
+                        return Err(Error::InvalidFlags);
+                    }
+                    if base + n as u64 - retired >= t.sq_cap {
+                        return Err(Error::SqFull);
+                    }
+                    Ok(())
+                });
+                if let Err(e) = check {
+                    refused = Some(e);
+                    break;
+                }
+                if used + sge_count(wr) > SGES {
+                    if n == 0 {
+                        refused = Some(Error::TooManySges);
+                    }
+                    break;
+                }
+                let seq = base + n as u64;
+                let w = &mut chain[n];
+                w.wr_id = seq;
+                w.send_flags = wr.flags.0
+                    & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
+                let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
+                self.unsignaled += 1;
+                // Force a completion at least every half queue, so
+                // unsignaled work cannot hold the whole queue forever.
+                if user_signaled || self.unsignaled >= (t.sq_cap / 2).max(1) {
+                    w.send_flags |= SendFlags::SIGNALED.0;
+                    self.unsignaled = 0;
+                }
+                if let Err(e) = fill_send(w, wr, &mut sges, &mut used) {
+                    refused = Some(e);
+                    break;
+                }
+                let slot = &t.sq[(seq & t.sq_mask) as usize];
+                // Relaxed: published by the Release store of sq_posted.
+                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+                slot.flags.store(
+                    if user_signaled { USER_SIGNALED } else { 0 },
+                    Ordering::Relaxed,
+                );
+                n += 1;
+            }
+            if n > 0 {
+                for i in 0..n - 1 {
+                    let next: *mut sys::ibv_send_wr = &mut chain[i + 1];
+                    chain[i].next = next;
+                }
+                // Release: slots before the provider may complete them.
+                t.sq_posted.store(base + n as u64, Ordering::Release);
+                let mut bad: *mut sys::ibv_send_wr = core::ptr::null_mut();
+                // SAFETY: live QP; the chain and its SGEs live on this stack
+                // frame for the call; inline data pointers are the caller's
+                // slices, copied by the provider before it returns.
+                let ret = unsafe { post_send_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
+                if ret != 0 {
+                    let idx = if bad.is_null() {
+                        0
+                    } else {
+                        // SAFETY: `bad` points into `chain`.
+                        (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
+                    };
+                    // Roll back what the provider did not take (no
+                    // completion can exist for those).
+                    t.sq_posted.store(base + idx as u64, Ordering::Release);
+                    return Err(PostError {
+                        index: done + idx,
+                        error: fail("ibv_post_send", ret.abs()),
+                    });
+                }
+                done += n;
+            }
+            if let Some(e) = refused {
+                return Err(PostError {
+                    index: done,
+                    error: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        let t = &*self.track;
+        if t.state() == QpState::Reset as u32 {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidQpState,
+            });
+        }
+        let mut done = 0usize;
+        while done < wrs.len() {
+            // SAFETY: all-zero is a valid ibv_recv_wr.
+            let mut chain: [sys::ibv_recv_wr; CHAIN] = unsafe { core::mem::zeroed() };
+            let mut sges = [sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; SGES];
+            let mut used = 0usize;
+            let mut n = 0usize;
+            // Relaxed: only this thread writes rq_posted.
+            let base = t.rq_posted.load(Ordering::Relaxed);
+            // Acquire: pairs with the poller's Release of rq_done.
+            let retired = t.rq_done.load(Ordering::Acquire);
+            let mut refused = None;
+            while done + n < wrs.len() && n < CHAIN {
+                let wr = &wrs[done + n];
+                let check = validate_recv(wr, &self.caps).and_then(|_| {
+                    if base + n as u64 - retired >= t.rq_cap {
+                        return Err(Error::RqFull);
+                    }
+                    Ok(())
+                });
+                if let Err(e) = check {
+                    refused = Some(e);
+                    break;
+                }
+                if used + wr.sges.len() > SGES {
+                    if n == 0 {
+                        refused = Some(Error::TooManySges);
+                    }
+                    break;
+                }
+                let first = used;
+                for s in wr.sges {
+                    sges[used] = sys::ibv_sge {
+                        addr: s.addr,
+                        length: s.length,
+                        lkey: s.lkey,
+                    };
+                    used += 1;
+                }
+                let seq = base + n as u64;
+                chain[n].wr_id = seq | RECV_BIT;
+                chain[n].sg_list = if used > first {
+                    sges[first..].as_mut_ptr()
+                } else {
+                    core::ptr::null_mut()
+                };
+                chain[n].num_sge = (used - first) as i32;
+                // Relaxed: published by the Release store of rq_posted.
+                t.rq[(seq & t.rq_mask) as usize].store(wr.wr_id, Ordering::Relaxed);
+                n += 1;
+            }
+            if n > 0 {
+                for i in 0..n - 1 {
+                    let next: *mut sys::ibv_recv_wr = &mut chain[i + 1];
+                    chain[i].next = next;
+                }
+                // Release: slots before the provider may complete them.
+                t.rq_posted.store(base + n as u64, Ordering::Release);
+                let mut bad: *mut sys::ibv_recv_wr = core::ptr::null_mut();
+                // SAFETY: live QP; chain and SGEs live for the call.
+                let ret = unsafe { post_recv_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
+                if ret != 0 {
+                    let idx = if bad.is_null() {
+                        0
+                    } else {
+                        // SAFETY: `bad` points into `chain`.
+                        (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
+                    };
+                    t.rq_posted.store(base + idx as u64, Ordering::Release);
+                    return Err(PostError {
+                        index: done + idx,
+                        error: fail("ibv_post_recv", ret.abs()),
+                    });
+                }
+                done += n;
+            }
+            if let Some(e) = refused {
+                return Err(PostError {
+                    index: done,
+                    error: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn send_space(&self) -> u32 {
+        let t = &*self.track;
+        // Relaxed/Acquire: a snapshot; Acquire as in `post_send`.
+        let used = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
+        t.sq_cap.saturating_sub(used) as u32
+    }
+
+    fn state_changed(&mut self, state: QpState) {
+        self.track.set_state(state);
+        if state == QpState::Reset {
+            // The provider emptied both queues; nothing is outstanding.
+            // Relaxed loads: this thread owns the posting side and no
+            // completions exist after RESET.
+            let p = self.track.sq_posted.load(Ordering::Relaxed);
+            self.track.sq_done.store(p, Ordering::Release);
+            let r = self.track.rq_posted.load(Ordering::Relaxed);
+            self.track.rq_done.store(r, Ordering::Release);
+            self.unsignaled = 0;
+        }
+    }
+}
+
+/// `ibv_post_send` through the context's ops table, without the panic of
+/// an `unwrap` on a missing op.
+///
+/// # Safety
+/// `qp` is live; the chain is valid for the call.
+unsafe fn post_send_raw(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_send_wr,
+    bad: *mut *mut sys::ibv_send_wr,
+) -> i32 {
+    // SAFETY: the caller's contract; `context` of a live QP is live.
+    match unsafe { (*(*qp).context).ops.post_send } {
+        // SAFETY: as above.
+        Some(f) => unsafe { f(qp, wr, bad) },
+        None => libc::ENOSYS,
+    }
+}
+
+/// `ibv_post_recv` through the ops table.
+///
+/// # Safety
+/// As [`post_send_raw`].
+unsafe fn post_recv_raw(
+    qp: *mut sys::ibv_qp,
+    wr: *mut sys::ibv_recv_wr,
+    bad: *mut *mut sys::ibv_recv_wr,
+) -> i32 {
+    // SAFETY: the caller's contract.
+    match unsafe { (*(*qp).context).ops.post_recv } {
+        // SAFETY: as above.
+        Some(f) => unsafe { f(qp, wr, bad) },
+        None => libc::ENOSYS,
+    }
+}
+
+/// A portable CQ: polls through libibverbs.
+pub struct VerbsCq {
+    cq: *mut sys::ibv_cq,
+    registry: Arc<CqRegistry>,
+    seen_gen: u64,
+    qps: Vec<Arc<QpTrack>>,
+    depth: u32,
+}
+
+// SAFETY: used through `&mut self` only; libibverbs CQs may be polled from
+// any thread.
+unsafe impl Send for VerbsCq {}
+
+impl VerbsCq {
+    /// Wraps a created CQ.
+    pub fn new(cq: *mut sys::ibv_cq, registry: Arc<CqRegistry>, depth: u32) -> VerbsCq {
+        VerbsCq {
+            cq,
+            registry,
+            seen_gen: u64::MAX,
+            qps: Vec::new(),
+            depth,
+        }
+    }
+
+    fn refresh(&mut self) {
+        // Acquire: pairs with the Release in `CqRegistry::add/remove`.
+        let g = self.registry.gen.load(Ordering::Acquire);
+        if g != self.seen_gen {
+            let v = self.registry.qps.lock().unwrap_or_else(|p| p.into_inner());
+            self.qps.clone_from(&v);
+            self.seen_gen = g;
+        }
+    }
+
+    fn track(&self, qpn: u32) -> Option<&QpTrack> {
+        self.qps.iter().find(|t| t.qpn == qpn).map(|t| &**t)
+    }
+}
+
+/// `ibv_poll_cq` through the ops table.
+///
+/// # Safety
+/// `cq` is live; `wc` holds `n` entries.
+unsafe fn poll_raw(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
+    // SAFETY: the caller's contract.
+    match unsafe { (*(*cq).context).ops.poll_cq } {
+        // SAFETY: as above.
+        Some(f) => unsafe { f(cq, n, wc) },
+        None => -libc::ENOSYS,
+    }
+}
+
+impl PortableCq for VerbsCq {
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
+        self.refresh();
+        let mut filled = 0usize;
+        while filled < out.len() {
+            // SAFETY: all-zero is a valid ibv_wc.
+            let mut wcs: [sys::ibv_wc; POLL_BATCH] = unsafe { core::mem::zeroed() };
+            let want = (out.len() - filled).min(POLL_BATCH);
+            // SAFETY: live CQ; `wcs` holds `want` entries.
+            let got = unsafe { poll_raw(self.cq, want as i32, wcs.as_mut_ptr()) };
+            if got < 0 {
+                return Err(fail("ibv_poll_cq", -got));
+            }
+            let got = (got as usize).min(want);
+            for w in &wcs[..got] {
+                // Read each provider-written field once, then validate.
+                let (wr_id, status, qp_num) = (w.wr_id, w.status, w.qp_num);
+                let Some(track) = self.track(qp_num) else {
+                    return Err(Error::CqeCorrupt);
+                };
+                let Some(user) = track.complete(wr_id, status == 0)? else {
+                    continue;
+                };
+                let recv = wr_id & RECV_BIT != 0;
+                // On error completions the opcode is undefined: derive it
+                // from which queue the WR came from.
+                let opcode = if status == 0 {
+                    w.opcode
+                } else if recv {
+                    WcOpcode::RECV.0
+                } else {
+                    WcOpcode::SEND.0
+                };
+                let flags = w.wc_flags;
+                // SAFETY: reading a u32 union field; both variants are u32.
+                let raw_imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
+                let imm = if flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                    u32::from_be(raw_imm)
+                } else {
+                    raw_imm
+                };
+                out[filled] = Wc {
+                    wr_id: user,
+                    status: WcStatus(status),
+                    opcode: WcOpcode(opcode),
+                    vendor_err: w.vendor_err,
+                    byte_len: w.byte_len,
+                    imm_data: imm,
+                    qp_num,
+                    src_qp: w.src_qp,
+                    wc_flags: flags,
+                    pkey_index: w.pkey_index,
+                    slid: w.slid,
+                    sl: w.sl,
+                    dlid_path_bits: w.dlid_path_bits,
+                    syndrome: 0,
+                    reserved: 0,
+                };
+                if status != 0 {
+                    track.set_state(QpState::Error);
+                }
+                filled += 1;
+            }
+            if got < want {
+                break;
+            }
+        }
+        Ok(filled)
+    }
+
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+}

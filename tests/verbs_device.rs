@@ -1,0 +1,537 @@
+//! The verbs backend on real kernel devices: rxe (RoCEv2) and siw (iWARP).
+//!
+//! These tests need RDMA devices. On a host without any (the CI machine's
+//! kernel has no RDMA support at all) only
+//! [`host_reports_missing_devices`] does real work and every device test
+//! prints that it did not run and why. Inside the test VM
+//! (`scripts/vm-test.sh`, which sets `IN_RDMA_VM=1`, `RXE_DEV`, `RXE_IP`,
+//! `SIW_DEV`, `SIW_IP`) a missing device is a failure, never a skip.
+//!
+//! Each test runs on both devices. Two QPs on one device talk to each other
+//! through the kernel (rxe loops packets back, siw connects over TCP):
+//! rxe QPs are connected directly (the out-of-band path), siw QPs through
+//! rdma_cm, and `rdma_cm_connects_on_rxe` covers rdma_cm on rxe too.
+//! siw has no atomics and no immediate data; those cases check the
+//! device's capability and say so.
+#![cfg(feature = "verbs")]
+
+use std::net::{IpAddr, SocketAddr};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rdma_direct::api::{
+    Access, Backend, ConnectAttr, Cq, Device, Mr, Pd, Qp, QpInit, QpModify, QpState, Transport, Wc,
+    WcOpcode, WcStatus,
+};
+use rdma_direct::verbs::cm::{self, CmConnection, CmListener, CmOptions};
+use rdma_direct::verbs::{list_devices, VerbsDevice};
+use rdma_direct::{Error, RecvWr, Remote, SendFlags, SendOp, SendWr};
+
+type Dev = VerbsDevice;
+
+fn in_vm() -> bool {
+    std::env::var("IN_RDMA_VM").as_deref() == Ok("1")
+}
+
+/// The devices to test: (name, IPv4 address of its netdev).
+fn devices(test: &str) -> Vec<(String, IpAddr)> {
+    let mut v = Vec::new();
+    for (d, ip) in [("RXE_DEV", "RXE_IP"), ("SIW_DEV", "SIW_IP")] {
+        if let (Ok(d), Ok(ip)) = (std::env::var(d), std::env::var(ip)) {
+            v.push((d, ip.parse().expect("device IP")));
+        }
+    }
+    if v.is_empty() {
+        assert!(
+            !in_vm(),
+            "{test}: IN_RDMA_VM=1 but RXE_DEV/SIW_DEV are not set"
+        );
+        eprintln!(
+            "{test}: NOT RUN: no RDMA device on this host (run scripts/vm-test.sh for the \
+             rxe/siw suite)"
+        );
+    }
+    v
+}
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `cq` until `n` completions arrived (or fails after [`WAIT`]).
+fn wait(cq: &mut Cq<Dev>, qp: &mut Qp<Dev>, n: usize) -> Vec<Wc> {
+    let mut got = Vec::new();
+    let mut buf = [Wc::default(); 16];
+    let t0 = Instant::now();
+    while got.len() < n {
+        let k = cq.poll(qp, &mut buf).expect("poll");
+        got.extend_from_slice(&buf[..k]);
+        assert!(
+            t0.elapsed() < WAIT,
+            "timed out: {} of {n} completions: {got:?}",
+            got.len()
+        );
+        if k == 0 {
+            thread::yield_now();
+        }
+    }
+    got
+}
+
+/// Asserts nothing more completes for a short while.
+fn quiet(cq: &mut Cq<Dev>, qp: &mut Qp<Dev>) {
+    let mut buf = [Wc::default(); 4];
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(200) {
+        assert_eq!(cq.poll(qp, &mut buf).unwrap(), 0, "unexpected {buf:?}");
+    }
+}
+
+struct Pair {
+    a: Qp<Dev>,
+    b: Qp<Dev>,
+    cq_a: Cq<Dev>,
+    cq_b: Cq<Dev>,
+    pd: Pd<Dev>,
+    dev: Device<Dev>,
+    _conns: Vec<CmConnection>,
+}
+
+const ALL_REMOTE: Access = Access(
+    Access::LOCAL_WRITE.0
+        | Access::REMOTE_WRITE.0
+        | Access::REMOTE_READ.0
+        | Access::REMOTE_ATOMIC.0,
+);
+
+/// Two connected QPs on device `name`; `pre_a`/`pre_b` receives are posted
+/// before either side can send.
+fn pair(name: &str, ip: IpAddr, use_cm: bool, pre: &(dyn Fn(&mut Qp<Dev>, bool) + Sync)) -> Pair {
+    let dev = Device::new(VerbsDevice::open_named(name).expect("open device"));
+    let pd = dev.alloc_pd().unwrap();
+    let cq_a = dev.create_cq(256).unwrap();
+    let cq_b = dev.create_cq(256).unwrap();
+    let init = QpInit {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    };
+    let mut a = pd.create_qp(&cq_a, &cq_a, &init).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, &init).unwrap();
+    let mut conns = Vec::new();
+    if use_cm || dev.backend().port().transport == Transport::Iwarp {
+        let (ca, cb) = cm::retry(3, Duration::from_millis(200), || {
+            let l = CmListener::bind(SocketAddr::new(ip, 0), 4)?;
+            let dst = SocketAddr::new(ip, l.port());
+            let opts = CmOptions {
+                private_data: b"rdd-test".to_vec(),
+                ..CmOptions::default()
+            };
+            thread::scope(|s| {
+                let server = s.spawn(|| {
+                    l.accept(&mut b, &opts, |q| {
+                        pre(q, false);
+                        Ok(())
+                    })
+                });
+                let client = cm::connect(&mut a, dst, None, &opts, |q| {
+                    pre(q, true);
+                    Ok(())
+                });
+                let server = server.join().expect("accept thread");
+                Ok((client?, server?))
+            })
+        })
+        .expect("rdma_cm connection");
+        assert_eq!(&cb.private_data()[..8], b"rdd-test");
+        conns.push(ca);
+        conns.push(cb);
+    } else {
+        let attr = ConnectAttr {
+            access: ALL_REMOTE,
+            ..ConnectAttr::default()
+        };
+        let (ia, ib) = (a.info(), b.info());
+        let [i, r, t] = a.connect_steps(&ib, &attr);
+        a.modify(&i).unwrap();
+        pre(&mut a, true);
+        a.modify(&r).unwrap();
+        a.modify(&t).unwrap();
+        let [i, r, t] = b.connect_steps(&ia, &attr);
+        b.modify(&i).unwrap();
+        pre(&mut b, false);
+        b.modify(&r).unwrap();
+        b.modify(&t).unwrap();
+    }
+    assert_eq!(a.state(), QpState::Rts);
+    assert_eq!(b.state(), QpState::Rts);
+    Pair {
+        a,
+        b,
+        cq_a,
+        cq_b,
+        pd,
+        dev,
+        _conns: conns,
+    }
+}
+
+#[test]
+fn host_reports_missing_devices() {
+    let list = list_devices().expect("listing never fails");
+    if list.is_empty() {
+        assert!(!in_vm(), "no RDMA device inside the test VM");
+        eprintln!("no RDMA device on this host: device tests run in the VM (scripts/vm-test.sh)");
+        assert_eq!(
+            VerbsDevice::open(&Default::default()).err(),
+            Some(Error::NoDevice)
+        );
+        assert_eq!(VerbsDevice::open_named("rxe0").err(), Some(Error::NoDevice));
+    } else {
+        for d in &list {
+            let dev = VerbsDevice::open_named(&d.name).expect("open listed device");
+            let p = dev.port();
+            eprintln!(
+                "{}: {:?}, gid index {}, mtu {}",
+                d.name, p.transport, p.gid_index, p.mtu
+            );
+            assert_eq!(d.iwarp, p.transport == Transport::Iwarp);
+        }
+        assert_eq!(
+            VerbsDevice::open_named("no-such-device").err(),
+            Some(Error::NoDevice)
+        );
+    }
+}
+
+#[test]
+fn ports_report_transport_and_gid() {
+    for (name, ip) in devices("ports_report_transport_and_gid") {
+        let dev = VerbsDevice::open_named(&name).unwrap();
+        let p = dev.port();
+        if name.starts_with("rxe") {
+            assert_eq!(p.transport, Transport::Roce, "{name}");
+            // The default GID is the RoCEv2 IPv4-mapped address of the netdev.
+            let IpAddr::V4(v4) = ip else {
+                panic!("IPv4 expected")
+            };
+            assert_eq!(&p.gid[10..12], &[0xff, 0xff], "{name}: {:?}", p.gid);
+            assert_eq!(&p.gid[12..], &v4.octets(), "{name}");
+        } else {
+            assert_eq!(p.transport, Transport::Iwarp, "{name}");
+        }
+        assert!(p.mtu >= 256);
+    }
+}
+
+fn fill(m: &mut Mr<Dev>, seed: u8) {
+    for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
+        *b = seed.wrapping_add((i * 7) as u8);
+    }
+}
+
+#[test]
+fn every_opcode_end_to_end() {
+    for (name, ip) in devices("every_opcode_end_to_end") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let atomics = p.dev.backend().caps().atomics;
+        let iwarp = p.dev.backend().port().transport == Transport::Iwarp;
+        let mut src = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+        let mut dst = p.pd.register(4096, ALL_REMOTE).unwrap();
+        let land = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+        fill(&mut src, 1);
+
+        // SEND / RECV, two SGEs gathered into one receive.
+        p.b.post_recv(&[RecvWr {
+            wr_id: 100,
+            sges: &[dst.sge(0, 4096)],
+        }])
+        .unwrap();
+        p.a.post_send(&[SendWr::new(
+            1,
+            SendOp::Send,
+            &[src.sge(0, 100), src.sge(1000, 28)],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status, w[0].opcode),
+            (1, WcStatus::SUCCESS, WcOpcode::SEND)
+        );
+        let w = wait(&mut p.cq_b, &mut p.b, 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status, w[0].opcode),
+            (100, WcStatus::SUCCESS, WcOpcode::RECV)
+        );
+        assert_eq!(w[0].byte_len, 128);
+        assert_eq!(&dst.as_slice()[..100], &src.as_slice()[..100]);
+        assert_eq!(&dst.as_slice()[100..128], &src.as_slice()[1000..1028]);
+
+        // Inline SEND: the buffer is reusable as soon as post returns.
+        p.b.post_recv(&[RecvWr {
+            wr_id: 101,
+            sges: &[dst.sge(2048, 64)],
+        }])
+        .unwrap();
+        let mut msg = *b"inline payload, 32 bytes long!!!";
+        p.a.post_send(&[SendWr::inline(
+            2,
+            SendOp::Send,
+            &[&msg[..]],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        msg.fill(0);
+        wait(&mut p.cq_a, &mut p.a, 1);
+        let w = wait(&mut p.cq_b, &mut p.b, 1);
+        assert_eq!((w[0].wr_id, w[0].byte_len), (101, 32));
+        assert_eq!(
+            &dst.as_slice()[2048..2080],
+            b"inline payload, 32 bytes long!!!"
+        );
+
+        // RDMA WRITE, unsignaled then signaled: one completion for both.
+        fill(&mut src, 9);
+        p.a.post_send(&[
+            SendWr::new(
+                3,
+                SendOp::Write {
+                    remote: dst.remote(0),
+                },
+                &[src.sge(0, 512)],
+                SendFlags::NONE,
+            ),
+            SendWr::new(
+                4,
+                SendOp::Write {
+                    remote: dst.remote(512),
+                },
+                &[src.sge(512, 512)],
+                SendFlags::SIGNALED,
+            ),
+        ])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!((w[0].wr_id, w[0].opcode), (4, WcOpcode::RDMA_WRITE));
+        quiet(&mut p.cq_a, &mut p.a);
+        assert_eq!(&dst.as_slice()[..1024], &src.as_slice()[..1024]);
+
+        // RDMA READ back into another region.
+        p.a.post_send(&[SendWr::new(
+            5,
+            SendOp::Read {
+                remote: dst.remote(0),
+            },
+            &[land.sge(0, 1024)],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status, w[0].opcode),
+            (5, WcStatus::SUCCESS, WcOpcode::RDMA_READ)
+        );
+        assert_eq!(&land.as_slice()[..1024], &src.as_slice()[..1024]);
+
+        // Immediate data (siw has none).
+        if iwarp {
+            eprintln!(
+                "{name}: SEND_WITH_IMM / RDMA_WRITE_WITH_IMM not run: iWARP has no immediate data"
+            );
+        } else {
+            p.b.post_recv(&[
+                RecvWr {
+                    wr_id: 102,
+                    sges: &[dst.sge(3000, 64)],
+                },
+                RecvWr {
+                    wr_id: 103,
+                    sges: &[],
+                },
+            ])
+            .unwrap();
+            p.a.post_send(&[
+                SendWr::new(
+                    6,
+                    SendOp::SendImm { imm: 0xfeed_beef },
+                    &[src.sge(0, 16)],
+                    SendFlags::SIGNALED,
+                ),
+                SendWr::new(
+                    7,
+                    SendOp::WriteImm {
+                        remote: dst.remote(3500),
+                        imm: 42,
+                    },
+                    &[src.sge(16, 16)],
+                    SendFlags::SIGNALED,
+                ),
+            ])
+            .unwrap();
+            wait(&mut p.cq_a, &mut p.a, 2);
+            let w = wait(&mut p.cq_b, &mut p.b, 2);
+            assert_eq!(
+                (w[0].wr_id, w[0].opcode, w[0].imm_data),
+                (102, WcOpcode::RECV, 0xfeed_beef)
+            );
+            assert_ne!(w[0].wc_flags & 2, 0, "WITH_IMM flag");
+            assert_eq!(
+                (w[1].wr_id, w[1].opcode, w[1].imm_data, w[1].byte_len),
+                (103, WcOpcode::RECV_RDMA_WITH_IMM, 42, 16)
+            );
+            assert_eq!(&dst.as_slice()[3500..3516], &src.as_slice()[16..32]);
+        }
+
+        // Atomics (siw has none: the post is refused with a typed error).
+        let counter = dst.remote(4088);
+        let (old0, old1) = ([land.sge(0, 8)], [land.sge(8, 8)]);
+        let cas = SendWr::new(
+            8,
+            SendOp::CompareSwap {
+                remote: counter,
+                compare: 0,
+                swap: 77,
+            },
+            &old0,
+            SendFlags::SIGNALED,
+        );
+        if !atomics {
+            eprintln!("{name}: atomics not run: the device reports no atomic support");
+            assert_eq!(p.a.post_send(&[cas]).unwrap_err().error, Error::Unsupported);
+        } else {
+            dst.as_mut_slice()[4088..].fill(0);
+            p.a.post_send(&[
+                cas,
+                SendWr::new(
+                    9,
+                    SendOp::FetchAdd {
+                        remote: counter,
+                        add: 5,
+                    },
+                    &old1,
+                    SendFlags::SIGNALED,
+                ),
+            ])
+            .unwrap();
+            let w = wait(&mut p.cq_a, &mut p.a, 2);
+            assert_eq!(
+                (w[0].opcode, w[1].opcode),
+                (WcOpcode::COMP_SWAP, WcOpcode::FETCH_ADD)
+            );
+            assert_eq!(land.load_u64(0), Some(0));
+            assert_eq!(land.load_u64(8), Some(77));
+            assert_eq!(dst.load_u64(4088), Some(82));
+        }
+        quiet(&mut p.cq_b, &mut p.b);
+    }
+}
+
+#[test]
+fn rdma_cm_connects_on_rxe() {
+    for (name, ip) in devices("rdma_cm_connects_on_rxe") {
+        if !name.starts_with("rxe") {
+            continue; // siw always uses rdma_cm (every other test)
+        }
+        let mut p = pair(&name, ip, true, &|q, _| {
+            let _ = q;
+        });
+        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let dst = p.pd.register(64, ALL_REMOTE).unwrap();
+        p.a.post_send(&[SendWr::new(
+            1,
+            SendOp::Write {
+                remote: dst.remote(0),
+            },
+            &[src.sge(0, 64)],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(w[0].status, WcStatus::SUCCESS);
+    }
+}
+
+#[test]
+fn bad_rkey_is_a_remote_access_error() {
+    for (name, ip) in devices("bad_rkey_is_a_remote_access_error") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let mut dst = p.pd.register(64, ALL_REMOTE).unwrap();
+        dst.as_mut_slice().fill(0xaa);
+        let bad = Remote::new(dst.addr(), dst.rkey() ^ 0x00ff_ff00);
+        p.a.post_send(&[SendWr::new(
+            1,
+            SendOp::Write { remote: bad },
+            &[src.sge(0, 64)],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(w[0].wr_id, 1);
+        assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}: {w:?}");
+        assert!(
+            dst.as_slice().iter().all(|&b| b == 0xaa),
+            "{name}: data changed"
+        );
+        assert_eq!(p.a.state(), QpState::Error);
+    }
+}
+
+#[test]
+fn error_state_flushes_every_outstanding_wr() {
+    for (name, ip) in devices("error_state_flushes_every_outstanding_wr") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let buf = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+        let sges: Vec<_> = (0..10).map(|i| [buf.sge(i * 64, 64)]).collect();
+        let recvs: Vec<RecvWr> = sges
+            .iter()
+            .zip(500..)
+            .map(|(s, wr_id)| RecvWr { wr_id, sges: s })
+            .collect();
+        p.b.post_recv(&recvs).unwrap();
+        p.b.modify(&QpModify::to(QpState::Error)).unwrap();
+        let w = wait(&mut p.cq_b, &mut p.b, 10);
+        let mut ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
+        ids.sort();
+        assert_eq!(ids, (500..510).collect::<Vec<_>>(), "{name}");
+        assert!(
+            w.iter().all(|w| w.status == WcStatus::WR_FLUSH_ERR),
+            "{name}: {w:?}"
+        );
+        quiet(&mut p.cq_b, &mut p.b);
+    }
+}
+
+#[test]
+fn bad_work_requests_are_typed_errors_before_the_provider() {
+    for (name, ip) in devices("bad_work_requests_are_typed_errors_before_the_provider") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let m = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let s = m.sge(0, 8);
+        let three = [s, s, s];
+        let big = [0u8; 4096];
+        let pieces = [&big[..]];
+        let cases: [(SendWr, Error); 3] = [
+            (
+                SendWr::new(1, SendOp::Send, &three, SendFlags::SIGNALED),
+                Error::TooManySges,
+            ),
+            (
+                SendWr::inline(2, SendOp::Send, &pieces, SendFlags::SIGNALED),
+                Error::InlineTooLarge,
+            ),
+            (
+                SendWr::new(3, SendOp::Nop, &[], SendFlags::SIGNALED),
+                Error::Unsupported,
+            ),
+        ];
+        for (wr, e) in cases {
+            let err = p.a.post_send(&[wr]).unwrap_err();
+            assert_eq!((err.index, err.error), (0, e), "{name}");
+        }
+        // Nothing reached the provider: the whole queue is free.
+        assert!(p.a.send_space() >= 64, "{name}: {}", p.a.send_space());
+        quiet(&mut p.cq_a, &mut p.a);
+    }
+}
