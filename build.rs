@@ -12,6 +12,9 @@ fn main() {
     #[cfg(feature = "verbs")]
     if std::env::var_os("CARGO_FEATURE_VERBS").is_some() {
         mlx5dv::generate();
+        // The mlx5 direct path calls libmlx5 (mlx5dv_init_obj,
+        // mlx5dv_create_qp, mlx5dv_is_supported); libibverbs-dev ships it.
+        println!("cargo:rustc-link-lib=dylib=mlx5");
     }
 }
 
@@ -41,6 +44,11 @@ mod mlx5dv {
         "mlx5_err_cqe",
         "mlx5dv_qp",
         "mlx5dv_cq",
+        "mlx5dv_obj",
+        "mlx5dv_qp_init_attr",
+        "mlx5dv_obj_type",
+        "mlx5dv_qp_create_flags",
+        "mlx5dv_qp_init_attr_mask",
     ];
 
     /// Runs bindgen; panics with a hint when the header cannot be parsed.

@@ -505,3 +505,53 @@ fn error_syndromes() {
         syndrome::REMOTE_ABORTED => MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR,
     );
 }
+
+/// The structs the verbs backend's mlx5 direct path hands to libmlx5
+/// (`src/verbs/mlx5.rs`).
+#[test]
+fn mlx5dv_obj_and_qp_init_attr() {
+    use rdma_direct::verbs::mlx5::{
+        self as m, Mlx5dvDcInitAttr, Mlx5dvObj, Mlx5dvQpInitAttr, ObjPair,
+    };
+    same_shape!(Mlx5dvObj, sys::mlx5dv_obj);
+    fields_match!(Mlx5dvObj, sys::mlx5dv_obj, base = 0, {
+        qp => qp, cq => cq, srq => srq, rwq => rwq, dm => dm, ah => ah, pd => pd,
+    });
+    all_fields_listed!(Mlx5dvObj {
+        qp,
+        cq,
+        srq,
+        rwq,
+        dm,
+        ah,
+        pd
+    });
+    type QpPair = ObjPair<rdma_sys::ibv_qp, Mlx5dvQp>;
+    fields_match!(QpPair, sys::mlx5dv_obj__bindgen_ty_1, base = 0, {
+        input => in_, output => out,
+    });
+    same_shape!(Mlx5dvQpInitAttr, sys::mlx5dv_qp_init_attr);
+    fields_match!(Mlx5dvQpInitAttr, sys::mlx5dv_qp_init_attr, base = 0, {
+        comp_mask => comp_mask,
+        create_flags => create_flags,
+        dc_init_attr => dc_init_attr,
+        send_ops_flags => send_ops_flags,
+    });
+    all_fields_listed!(Mlx5dvQpInitAttr {
+        comp_mask,
+        create_flags,
+        dc_init_attr,
+        send_ops_flags
+    });
+    same_shape!(Mlx5dvDcInitAttr, sys::mlx5dv_dc_init_attr);
+    assert_eq!(m::MLX5DV_OBJ_QP, sys::mlx5dv_obj_type_MLX5DV_OBJ_QP as u64);
+    assert_eq!(m::MLX5DV_OBJ_CQ, sys::mlx5dv_obj_type_MLX5DV_OBJ_CQ as u64);
+    assert_eq!(
+        m::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+        sys::mlx5dv_qp_create_flags_MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as u32
+    );
+    assert_eq!(
+        m::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+        sys::mlx5dv_qp_init_attr_mask_MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS as u64
+    );
+}

@@ -30,6 +30,7 @@
 //! [`last_error`], because [`Error`] is a plain code.
 
 pub mod cm;
+pub mod mlx5;
 pub mod oob;
 pub mod path;
 
@@ -191,10 +192,16 @@ struct CqEntry {
 
 struct QpEntry {
     qp: Raw<sys::ibv_qp>,
-    track: Arc<path::QpTrack>,
+    /// Portable path: the wr_id tables.
+    track: Option<Arc<path::QpTrack>>,
+    /// mlx5 direct path: the thread domain (freed after the QP).
+    _td: Option<mlx5::ThreadDomain>,
     cqs: [u32; 2],
     pd: u32,
 }
+// SAFETY: the thread domain's pointers are used only by its Drop, under the
+// tables' mutex.
+unsafe impl Send for QpEntry {}
 
 #[derive(Default)]
 struct Tables {
@@ -353,7 +360,7 @@ impl VerbsDevice {
             max_qp_rd_atom: da.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: da.max_qp_init_rd_atom.max(0) as u32,
             atomics: da.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
-            direct_mlx5: false,
+            direct_mlx5: mlx5::usable(ctx.ctx),
         };
         Ok(VerbsDevice {
             ctx,
@@ -416,9 +423,44 @@ impl VerbsDevice {
     /// Records a state the kernel moved a QP to (rdma_cm on iWARP), so
     /// the data path's view follows.
     pub(crate) fn note_state(&self, qpn: u32, st: QpState) {
-        if let Some(e) = self.lock().qps.get(&qpn) {
-            e.track.set_state(st);
+        if let Some(t) = self.lock().qps.get(&qpn).and_then(|e| e.track.as_ref()) {
+            t.set_state(st);
         }
+    }
+
+    /// Records a new QP in the tables and counts it on its PD and CQs.
+    #[allow(clippy::too_many_arguments)]
+    fn register_qp(
+        &self,
+        t: &mut Tables,
+        qpn: u32,
+        qp: *mut sys::ibv_qp,
+        track: Option<Arc<path::QpTrack>>,
+        td: Option<mlx5::ThreadDomain>,
+        pd: u32,
+        cqs: [u32; 2],
+    ) {
+        for cqn in cqs {
+            if let Some(e) = t.cqs.get_mut(&cqn) {
+                e.qps += 1;
+                if let Some(tr) = &track {
+                    e.registry.add(Arc::clone(tr));
+                }
+            }
+        }
+        if let Some(p) = t.pds.get_mut(&pd) {
+            p.1 += 1;
+        }
+        t.qps.insert(
+            qpn,
+            QpEntry {
+                qp: Raw(qp),
+                track,
+                _td: td,
+                cqs,
+                pd,
+            },
+        );
     }
 
     fn lock(&self) -> MutexGuard<'_, Tables> {
@@ -595,9 +637,27 @@ impl Backend for VerbsDevice {
             return Err(e);
         }
         let registry = Arc::new(path::CqRegistry::default());
-        // SAFETY: live CQ.
-        let granted = unsafe { (*cq).cqe }.max(0) as u32;
-        let poller = path::VerbsCq::new(cq, Arc::clone(&registry), granted);
+        let cq_path = if self.caps.direct_mlx5 {
+            match mlx5::cq_queues(cq) {
+                Ok(dv) => RawCqPath::Mlx5(dv),
+                Err(e) => {
+                    // SAFETY: the CQ and channel just created, unused.
+                    unsafe {
+                        sys::ibv_destroy_cq(cq);
+                        sys::ibv_destroy_comp_channel(ch);
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            // SAFETY: live CQ.
+            let granted = unsafe { (*cq).cqe }.max(0) as u32;
+            RawCqPath::Portable(std::boxed::Box::new(path::VerbsCq::new(
+                cq,
+                Arc::clone(&registry),
+                granted,
+            )))
+        };
         let mut t = self.lock();
         let h = t.next;
         t.next += 1;
@@ -611,7 +671,7 @@ impl Backend for VerbsDevice {
             },
         );
         Ok(RawCq {
-            path: RawCqPath::Portable(std::boxed::Box::new(poller)),
+            path: cq_path,
             cqn: h,
             keep: self.ctx.clone(),
         })
@@ -646,19 +706,38 @@ impl Backend for VerbsDevice {
         let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
         let scq = t.cqs.get(&send_cq).ok_or(Error::NoSuchObject)?.cq.0;
         let rcq = t.cqs.get(&recv_cq).ok_or(Error::NoSuchObject)?.cq.0;
-        // SAFETY: all-zero is a valid ibv_qp_init_attr.
-        let mut ia: sys::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
-        ia.send_cq = scq;
-        ia.recv_cq = rcq;
-        ia.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
-        ia.sq_sig_all = 0;
-        ia.cap = sys::ibv_qp_cap {
+        let cap = sys::ibv_qp_cap {
             max_send_wr: init.max_send_wr,
             max_recv_wr: init.max_recv_wr.max(1),
             max_send_sge: init.max_send_sge.max(1),
             max_recv_sge: init.max_recv_sge.max(1),
             max_inline_data: init.max_inline_data,
         };
+        if self.caps.direct_mlx5 {
+            let (qp, dv, granted, td) = mlx5::create_qp(self.ctx.ctx, pdp, scq, rcq, cap)?;
+            let caps = QpCaps {
+                max_send_sge: granted.max_send_sge,
+                max_inline_data: granted.max_inline_data,
+                max_recv_sge: granted.max_recv_sge,
+            };
+            // SAFETY: live QP.
+            let qpn = unsafe { (*qp).qp_num };
+            self.register_qp(&mut t, qpn, qp, None, Some(td), pd, [send_cq, recv_cq]);
+            return Ok(RawQp {
+                path: RawQpPath::Mlx5(dv),
+                qpn,
+                caps,
+                psn: random_psn(),
+                keep: self.ctx.clone(),
+            });
+        }
+        // SAFETY: all-zero is a valid ibv_qp_init_attr.
+        let mut ia: sys::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
+        ia.send_cq = scq;
+        ia.recv_cq = rcq;
+        ia.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        ia.sq_sig_all = 0;
+        ia.cap = cap;
         // SAFETY: live PD and CQs; valid attributes.
         let qp = unsafe { sys::ibv_create_qp(pdp, &mut ia) };
         if qp.is_null() {
@@ -678,24 +757,7 @@ impl Backend for VerbsDevice {
             ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
         ));
         let portable = path::VerbsQp::new(qp, Arc::clone(&track), caps, self.caps.atomics);
-        for cqn in [send_cq, recv_cq] {
-            if let Some(e) = t.cqs.get_mut(&cqn) {
-                e.qps += 1;
-                e.registry.add(Arc::clone(&track));
-            }
-        }
-        if let Some(p) = t.pds.get_mut(&pd) {
-            p.1 += 1;
-        }
-        t.qps.insert(
-            qpn,
-            QpEntry {
-                qp: Raw(qp),
-                track,
-                cqs: [send_cq, recv_cq],
-                pd,
-            },
-        );
+        self.register_qp(&mut t, qpn, qp, Some(track), None, pd, [send_cq, recv_cq]);
         Ok(RawQp {
             path: RawQpPath::Portable(std::boxed::Box::new(portable)),
             qpn,
@@ -722,16 +784,20 @@ impl Backend for VerbsDevice {
         // SAFETY: a live QP; the data-path handle that posted to it is
         // being dropped (the API destroys the QP from the handle's Drop).
         check("ibv_destroy_qp", unsafe { sys::ibv_destroy_qp(e.qp.0) })?;
-        let cqs = e.cqs;
-        let pd = e.pd;
-        let track = Arc::clone(&e.track);
-        t.qps.remove(&qpn);
+        // The thread domain (if any) is freed with the entry, after the QP.
+        let Some(e) = t.qps.remove(&qpn) else {
+            return Ok(());
+        };
+        let (cqs, pd) = (e.cqs, e.pd);
         for cqn in cqs {
             if let Some(c) = t.cqs.get_mut(&cqn) {
                 c.qps -= 1;
-                c.registry.remove(&track);
+                if let Some(track) = &e.track {
+                    c.registry.remove(track);
+                }
             }
         }
+        drop(e);
         if let Some(p) = t.pds.get_mut(&pd) {
             p.1 -= 1;
         }
