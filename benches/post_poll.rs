@@ -93,18 +93,31 @@ pub fn rdd_post_1(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
     unsafe { sq.post_one(&wr) }
 }
 
-/// [`BATCH`] RDMA_WRITEs and one doorbell (on an error, what was posted is
-/// rung).
+/// [`BATCH`] RDMA_WRITEs and one doorbell, through a
+/// [`SendBatch`](rdma_direct::provider::mlx5::SendBatch) (the
+/// run-of-posts API `post_list` is built on; on an error, what was posted
+/// is rung).
 #[no_mangle]
 #[inline(never)]
 pub fn rdd_post_16(sq: &mut SendQueue, ds: &[WriteDesc; BATCH]) -> Result<()> {
+    let mut b = sq.batch();
     for d in ds {
-        if let Err(e) = post_desc(sq, d) {
-            sq.ring();
+        let sge = [Sge::new(d.laddr, d.len, d.lkey)];
+        let wr = SendWr::new(
+            d.wr_id,
+            SendOp::Write {
+                remote: Remote::new(d.raddr, d.rkey),
+            },
+            &sge,
+            SendFlags(d.flags),
+        );
+        // SAFETY: as in `post_desc`.
+        if let Err(e) = unsafe { b.post(&wr) } {
+            b.ring();
             return Err(e);
         }
     }
-    sq.ring();
+    b.ring();
     Ok(())
 }
 

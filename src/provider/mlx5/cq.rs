@@ -189,7 +189,59 @@ const REQ_WC: [u32; 32] = {
 /// See [`REQ_WC`].
 const REQ_BYTE_CNT: u32 = 1 << 16;
 
+/// [`REQ_WC`] as three of the words [`Wc::set_words`] stores: `status`
+/// (0) and `opcode`; `vendor_err` (0) and the fixed `byte_len` (RDMA_READ
+/// reports the CQE's byte count instead); `src_qp` (0) and `wc_flags`. One
+/// table, so one address computation per CQE.
+const REQ_WORDS: [[u64; 4]; 32] = {
+    let mut t = [[0u64; 4]; 32];
+    let mut i = 0;
+    while i < 32 {
+        let m = REQ_WC[i];
+        t[i] = [
+            Wc::words_pair(0, m & 0xff),
+            Wc::words_pair(0, m >> 24),
+            Wc::words_pair(0, (m >> 8) & 0xff),
+            0,
+        ];
+        i += 1;
+    }
+    t
+};
+
+const _: () = {
+    // Only RDMA_READ takes its byte length from the CQE (the fast loop
+    // tests for that opcode alone).
+    let mut i = 0;
+    while i < 32 {
+        assert!((REQ_WC[i] & REQ_BYTE_CNT != 0) == (i == opcode::RDMA_READ as usize));
+        i += 1;
+    }
+};
+
 impl Wc {
+    /// Two consecutive 32-bit fields (`a` at the lower address) as the
+    /// native 64-bit word with that memory image.
+    const fn words_pair(a: u32, b: u32) -> u64 {
+        #[cfg(target_endian = "little")]
+        {
+            a as u64 | (b as u64) << 32
+        }
+        #[cfg(target_endian = "big")]
+        {
+            (a as u64) << 32 | b as u64
+        }
+    }
+
+    /// Stores the whole completion as six aligned 8-byte words (offsets
+    /// asserted below; see [`Wc::words_pair`]).
+    #[inline(always)]
+    fn set_words(&mut self, words: [u64; 6]) {
+        // SAFETY: Wc is 48 bytes and 8-aligned, and every bit pattern is a
+        // valid Wc (plain integers only).
+        unsafe { (self as *mut Wc).cast::<[u64; 6]>().write(words) };
+    }
+
     /// Fills a successful requester completion: six aligned 8-byte stores
     /// of composed words instead of one store per field.
     #[inline(always)]
@@ -465,7 +517,119 @@ impl CompletionQueue {
     /// consumed: [`Error::CqeCompressed`].
     #[inline(always)]
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
-        self.poll_to::<SendQueue, R>(route, out)
+        // The fast loop keeps a QP's retirement state in registers for a
+        // run of its CQEs; any entry it does not handle goes to the
+        // out-of-line general loop (shared with `poll_to`).
+        let (n, ci, done) = self.poll_fast_sq(route, out);
+        if done {
+            self.ci = ci;
+            // SAFETY: constructor contract on the CQ doorbell record.
+            unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
+            return Ok(n);
+        }
+        self.poll_general::<SendQueue, R>(route, out, n, ci)
+    }
+
+    /// The fast loop of [`CompletionQueue::poll`]: consumes successful
+    /// requester CQEs without inline data; stops at an empty slot or a full
+    /// `out` (`done` = true) or at any other entry (`done` = false, nothing
+    /// consumed for it). Each CQE field is read once; the counter is
+    /// checked against the QP's outstanding work before it is used.
+    ///
+    /// The routed QP's retirement state ([`RetireCursor`]) stays in locals
+    /// while consecutive CQEs name the same QP, and is written back once
+    /// per run.
+    #[inline(always)]
+    fn poll_fast_sq<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+    ) -> (usize, u32, bool) {
+        let mut ci = self.ci;
+        let (buf, mask, shift) = (self.buf.as_ptr(), self.mask, self.size_shift);
+        let cnt = mask + 1;
+        // SAFETY: cqe_size >= 64: the CQE64 is the last 64 bytes of a slot.
+        let base = unsafe { buf.add((1usize << shift) - 64) };
+        // The CQE64 at `ci` if it is owned by software and a successful
+        // requester entry without inline data (the solicited bit, 1, is
+        // ignored); else whether the slot is empty (hardware-owned).
+        let probe = |ci: u32| -> core::result::Result<*const u8, bool> {
+            // SAFETY: (ci & mask) < cqe_cnt: the CQE is inside the buffer.
+            let p = unsafe { base.add(((ci & mask) as usize) << shift) };
+            // SAFETY: byte 63 of that CQE.
+            let op_own = unsafe { mmio::load_op_own(p.add(63)) };
+            // The owner bit software expects: the parity of the pass.
+            let owner = (ci & cnt != 0) as u32;
+            if (op_own as u32 ^ owner) & 0xfd != 0 {
+                let empty = op_own >> 4 == cqe_opcode::INVALID || (op_own as u32 ^ owner) & 1 != 0;
+                return Err(empty);
+            }
+            // Order the owner load before the loads of the other fields.
+            mmio::from_device_barrier();
+            Ok(p)
+        };
+        let mut n = 0usize;
+        if out.is_empty() {
+            return (0, ci, true);
+        }
+        let mut p = match probe(ci) {
+            Ok(p) => p,
+            Err(empty) => return (0, ci, empty),
+        };
+        // SAFETY: the entry belongs to software; fixed, aligned offset.
+        let mut sdq_raw = unsafe { p.add(56).cast::<u32>().read() };
+        loop {
+            let qpn = u32::from_be(sdq_raw) & 0x00ff_ffff;
+            let Some(q) = route.route(qpn) else {
+                return (n, ci, false);
+            };
+            let sq = q.sq;
+            let mut rc = sq.retire_cursor();
+            // The QPN bytes of `sop_drop_qpn` as stored (big-endian).
+            let key = sdq_raw & 0x00ff_ffff_u32.to_be();
+            let qpn_word = Wc::words_pair(0, qpn);
+            let stop = loop {
+                // SAFETY: the entry belongs to software; fixed, aligned
+                // offset.
+                let counter = u16::from_be(unsafe { p.add(60).cast::<u16>().read() });
+                let Some(r) = rc.retire(counter) else {
+                    break (false, false);
+                };
+                ci = ci.wrapping_add(1);
+                if r.user_signaled {
+                    let op = (r.opcode & 0x1f) as usize;
+                    let t = &REQ_WORDS[op];
+                    let len_word = if op == opcode::RDMA_READ as usize {
+                        // SAFETY: as above; read only when it is reported.
+                        let b = u32::from_be(unsafe { p.add(44).cast::<u32>().read() });
+                        Wc::words_pair(0, b)
+                    } else {
+                        t[1]
+                    };
+                    out[n].set_words([r.wr_id, t[0], len_word, qpn_word, t[2], 0]);
+                    n += 1;
+                    if n == out.len() {
+                        break (true, true);
+                    }
+                }
+                match probe(ci) {
+                    Ok(np) => p = np,
+                    Err(empty) => break (true, empty),
+                }
+                // SAFETY: as above.
+                sdq_raw = unsafe { p.add(56).cast::<u32>().read() };
+                if sdq_raw & 0x00ff_ffff_u32.to_be() != key {
+                    // Another QP: write this one back and route again.
+                    break (false, true);
+                }
+            };
+            sq.commit_retire(&rc);
+            match stop {
+                (true, done) => return (n, ci, done),
+                (false, false) => return (n, ci, false),
+                (false, true) => {}
+            }
+        }
     }
 
     /// [`CompletionQueue::poll`] for routes to any kind of send queue (for

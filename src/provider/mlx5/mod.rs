@@ -13,4 +13,4 @@ pub use cq::{
 pub use layout::{Mlx5dvCq, Mlx5dvQp};
 pub use rq::RecvQueue;
 pub use shared::{SharedSendQueue, SharedStorage, SqRetirer};
-pub use sq::{BfPolicy, QpState, Retired, SendQueue, SqConfig, WrSlot};
+pub use sq::{BfPolicy, QpState, Retired, SendBatch, SendQueue, SqConfig, WrSlot};

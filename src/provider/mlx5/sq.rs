@@ -128,7 +128,12 @@ pub(crate) struct Plan {
     pub(crate) ds: u32,
     /// Basic blocks.
     pub(crate) nbb: u32,
-    fm_ce_se: u8,
+    /// `fm_ce_se` as the native value of control-segment bytes 8..11
+    /// (the byte in the last position).
+    fm_word: u32,
+    /// The side-table flags as the native value of slot bytes 12..15
+    /// (the byte in the last position).
+    slot_word: u32,
     /// A completion was asked for.
     pub(crate) user_sig: bool,
     shape: crate::wr::SendShape,
@@ -139,10 +144,152 @@ pub(crate) struct Plan {
 struct Written {
     /// First BB.
     start: u32,
-    /// First 8 bytes (the 8-byte doorbell value).
+    /// First 8 bytes (the 8-byte doorbell value; DS in the last byte).
     ctrl8: u64,
-    /// DS if the WQE may go by BlueFlame, else 0.
-    bf_ds: u32,
+    /// The WQE requests a CQE.
+    sig: bool,
+    /// The payload is inline (for [`BfPolicy::SingleInlineWqe`]).
+    inline: bool,
+}
+
+/// The retirement state of a [`SendQueue`] held in locals across a run of
+/// completions, from [`SendQueue::retire_cursor`]; written back with
+/// [`SendQueue::commit_retire`]. Nothing else may change the queue's
+/// counters while it is held.
+#[derive(Clone, Copy)]
+pub(crate) struct RetireCursor {
+    wrid: *const WrSlot,
+    mask: u32,
+    /// The queue's producer counter (fixed during the run).
+    pi: u32,
+    /// Everything before this BB counter has completed.
+    pub(crate) retired: u32,
+}
+
+impl RetireCursor {
+    /// [`SendQueue::retire`] on the cursor.
+    #[inline(always)]
+    pub(crate) fn retire(&mut self, wqe_counter: u16) -> Option<Retired> {
+        let retired = self.retired;
+        let dist = (wqe_counter as u32).wrapping_sub(retired) & 0xffff;
+        if dist >= self.pi.wrapping_sub(retired) {
+            return None;
+        }
+        let start = retired.wrapping_add(dist);
+        // SAFETY: the cursor came from a queue whose side table has
+        // wrid_len > mask entries (constructor); the index is masked.
+        let slot = unsafe { self.wrid.add((start & self.mask) as usize).read() };
+        if slot.start != wqe_counter || slot.flags & WrSlot::VALID == 0 {
+            return None;
+        }
+        self.retired = slot.end;
+        Some(Retired {
+            wr_id: slot.wr_id,
+            opcode: slot.opcode,
+            user_signaled: slot.flags & WrSlot::USER_SIGNALED != 0,
+            start,
+        })
+    }
+}
+
+/// The producer state of a run of posts, held in locals (registers) and
+/// written back to the queue once.
+#[derive(Clone, Copy)]
+struct Cursor {
+    buf: *mut u8,
+    wrid: *mut WrSlot,
+    mask: u32,
+    /// Free-running BB producer counter.
+    pi: u32,
+    /// `retired + limit`: the producer counter may not pass it.
+    pi_max: u32,
+    /// Producer counter after the last WQE that requests a CQE.
+    last_signaled_end: u32,
+    /// A copy of the capabilities, so the compiler sees that they do not
+    /// change during the run (the SGE-count test leaves the loop).
+    caps: QpCaps,
+}
+
+/// A run of posts on one [`SendQueue`] that ends with one doorbell
+/// ([`SendBatch::ring`]), from [`SendQueue::batch`].
+///
+/// The producer counters stay in locals for the whole run and are written
+/// back once, so a loop of [`SendBatch::post`] costs less than one of
+/// [`SendQueue::post`]. Dropping a batch without ringing writes its state
+/// back and leaves its WQEs pending, exactly as [`SendQueue::post`] does;
+/// a later [`SendQueue::ring`] covers them.
+pub struct SendBatch<'q> {
+    sq: &'q mut SendQueue,
+    cur: Cursor,
+    /// WQEs written by this batch.
+    count: u32,
+    /// First BB of the last of them (valid if `count != 0`). Its control
+    /// bytes are read back from the ring when the doorbell rings, so they
+    /// need no register during the run.
+    last_start: u32,
+    /// The last of them has an inline payload.
+    last_inline: bool,
+}
+
+impl SendBatch<'_> {
+    /// Formats one send WQE without ringing the doorbell, as
+    /// [`SendQueue::post`]. On error nothing is written and the batch is
+    /// unchanged.
+    ///
+    /// # Safety
+    /// As for [`SendQueue::post`].
+    #[inline(always)]
+    pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        // SAFETY: forwarded contract; the cursor is this queue's.
+        let w = unsafe { self.sq.write(&mut self.cur, wr) }?;
+        self.count += 1;
+        self.last_start = w.start;
+        self.last_inline = w.inline;
+        Ok(())
+    }
+
+    /// WQEs written by this batch so far.
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// True if this batch has written nothing yet.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Writes the state back and rings one doorbell for every pending WQE
+    /// (this batch's and any posted before it), as [`SendQueue::ring`].
+    #[inline(always)]
+    pub fn ring(self) {
+        let sq = &mut *self.sq;
+        sq.store_cursor(&self.cur);
+        if self.count != 0 {
+            let single = sq.batch == 0 && self.count == 1;
+            sq.batch = 0;
+            sq.ring_written(self.last_start, self.last_inline, single);
+        } else {
+            sq.ring();
+        }
+        // Everything is written back: nothing is left for `drop` (which
+        // would only store the same counters again).
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for SendBatch<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let sq = &mut *self.sq;
+        sq.store_cursor(&self.cur);
+        if self.count != 0 {
+            sq.batch += self.count;
+            sq.last_start = self.last_start;
+            sq.last_inline = self.last_inline;
+        }
+    }
 }
 
 /// An mlx5 send queue over caller-provided memory.
@@ -170,13 +317,22 @@ pub struct SendQueue {
     qpn_raw: u32,
     /// QP number (host order).
     qpn: u32,
-    /// `fm_ce_se` bits ORed into every WQE (CQ_UPDATE with `sig_all`).
-    sig_all_bits: u8,
+    /// For each combination of the FENCE, SIGNALED and SOLICITED send
+    /// flags, with the QP's `sig_all` CQ_UPDATE folded in: `[0]` is
+    /// control-segment bytes 8..11 (`fm_ce_se` last, signature and
+    /// reserved bytes 0) and `[1]` is side-table bytes 12..15 with only the
+    /// flags byte set ([`WrSlot::VALID`], [`WrSlot::USER_SIGNALED`]), both
+    /// as native values: one index turns a WR's flags into both words.
+    flag_words: [[u32; 2]; 16],
     /// BlueFlame: largest DS a copy may carry, minus 1 (0: never).
     bf_ds_limit: u32,
     /// BlueFlame only for inline WQEs.
     bf_inline_only: bool,
     shared_register: bool,
+    /// The doorbell may need more than the plain 8-byte store (a BlueFlame
+    /// policy is on, or the register is shared): one test in the hot path
+    /// sends such queues to [`SendQueue::ring_other`].
+    db_other: bool,
     caps: QpCaps,
     state: QpState,
     wrid: NonNull<WrSlot>,
@@ -184,10 +340,8 @@ pub struct SendQueue {
     batch: u32,
     /// First BB of the last WQE written.
     last_start: u32,
-    /// DS of the last WQE if it may go by BlueFlame, else 0.
-    last_bf_ds: u32,
-    /// First 8 bytes of the last WQE (the 8-byte doorbell value).
-    last_ctrl8: u64,
+    /// The last WQE written has an inline payload.
+    last_inline: bool,
 }
 
 // SAFETY: the queue owns its ring, side table and doorbell words
@@ -230,6 +384,25 @@ const FM_CE_SE: [u8; 16] = {
     t
 };
 
+/// [`SendQueue::flag_words`] for a QP with or without `sig_all`.
+const fn flag_words(sig_all: bool) -> [[u32; 2]; 16] {
+    let mut t = [[0u32; 2]; 16];
+    let mut f = 0;
+    while f < 16 {
+        let mut v = FM_CE_SE[f];
+        if sig_all {
+            v |= ctrl_flags::CQ_UPDATE;
+        }
+        let mut slot = WrSlot::VALID;
+        if v & ctrl_flags::CQ_UPDATE != 0 {
+            slot |= WrSlot::USER_SIGNALED;
+        }
+        t[f] = [byte3(v), byte3(slot)];
+        f += 1;
+    }
+    t
+}
+
 /// Two 32-bit words, already in their in-memory (wire) representation, as
 /// the native 64-bit value with the same memory image (`a` first).
 #[inline(always)]
@@ -248,19 +421,6 @@ const fn pack2(a_raw: u32, b_raw: u32) -> u64 {
 #[inline(always)]
 const fn byte3(b: u8) -> u32 {
     u32::from_ne_bytes([0, 0, 0, b])
-}
-
-impl WrSlot {
-    /// The second 8 bytes of a slot (`end`, `start`, `opcode`, `flags`) as
-    /// one native value with the struct's memory image.
-    #[inline(always)]
-    const fn meta(end: u32, start: u16, opcode: u8, flags: u8) -> u64 {
-        let hi = u32::from_ne_bytes({
-            let s = start.to_ne_bytes();
-            [s[0], s[1], opcode, flags]
-        });
-        pack2(end, hi)
-    }
 }
 
 const _: () = {
@@ -341,21 +501,17 @@ impl SendQueue {
             bf_offset: 0,
             qpn_raw: (qpn << 8).to_be(),
             qpn,
-            sig_all_bits: if cfg.sig_all {
-                ctrl_flags::CQ_UPDATE
-            } else {
-                0
-            },
+            flag_words: flag_words(cfg.sig_all),
             bf_ds_limit,
             bf_inline_only: cfg.bf_policy == BfPolicy::SingleInlineWqe,
             shared_register: cfg.shared_register,
+            db_other: bf_ds_limit != 0 || cfg.shared_register,
             caps,
             state: QpState::Rts,
             wrid,
             batch: 0,
             last_start: 0,
-            last_bf_ds: 0,
-            last_ctrl8: 0,
+            last_inline: false,
         })
     }
 
@@ -477,73 +633,99 @@ impl SendQueue {
     /// [`SendQueue::from_raw`]).
     #[inline(always)]
     pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        let mut c = self.cursor();
         // SAFETY: forwarded contract.
-        let w = unsafe { self.write(wr) }?;
+        let w = unsafe { self.write(&mut c, wr) }?;
+        self.store_cursor(&c);
+        // The rest of the doorbell's inputs (the control bytes, whether the
+        // last WQE is signaled) are read back when it rings.
         self.batch += 1;
         self.last_start = w.start;
-        self.last_ctrl8 = w.ctrl8;
-        self.last_bf_ds = w.bf_ds;
+        self.last_inline = w.inline;
         Ok(())
     }
 
-    /// Formats one WQE and advances the producer counter; the doorbell
-    /// bookkeeping is left to the caller.
+    /// The producer state for a run of posts, copied into locals.
+    #[inline(always)]
+    fn cursor(&self) -> Cursor {
+        Cursor {
+            buf: self.buf.as_ptr(),
+            wrid: self.wrid.as_ptr(),
+            mask: self.mask,
+            pi: self.pi,
+            pi_max: self.retired.wrapping_add(self.limit),
+            last_signaled_end: self.last_signaled_end,
+            caps: self.caps,
+        }
+    }
+
+    /// Writes a cursor's counters back.
+    #[inline(always)]
+    fn store_cursor(&mut self, c: &Cursor) {
+        self.pi = c.pi;
+        self.last_signaled_end = c.last_signaled_end;
+    }
+
+    /// Formats one WQE at the cursor and advances it (producer counter and
+    /// the end of the last signaled WQE); the queue itself and the doorbell
+    /// bookkeeping are left to the caller.
     ///
     /// # Safety
-    /// As for [`SendQueue::post`].
+    /// As for [`SendQueue::post`]; `c` is this queue's cursor.
     #[inline(always)]
-    unsafe fn write(&mut self, wr: &SendWr<'_>) -> Result<Written> {
-        let plan = self.plan(wr)?;
-        let pi = self.pi;
-        if pi.wrapping_sub(self.retired) + plan.nbb > self.limit {
+    unsafe fn write(&self, c: &mut Cursor, wr: &SendWr<'_>) -> Result<Written> {
+        let plan = self.plan_with(wr, &c.caps)?;
+        let pi = c.pi;
+        let end = pi.wrapping_add(plan.nbb);
+        // `pi - retired` is at most wqe_cnt (2^15) and `limit` is 0 or
+        // wqe_cnt, so the distance fits an i32: one signed compare is the
+        // space check and the state check.
+        if (c.pi_max.wrapping_sub(end) as i32) < 0 {
             return Err(self.refusal());
         }
-        let end = pi.wrapping_add(plan.nbb);
-        if plan.user_sig {
-            self.last_signaled_end = end;
-        }
-        // SAFETY: the BBs from `pi` are free (space check); forwarded
-        // contract on the SGEs.
-        let ctrl8 = unsafe { self.emit(wr, &plan, pi) };
+        // SAFETY: `pi & mask` < wqe_cnt, so the first BB is inside the ring;
+        // the BBs from `pi` are free (space check); forwarded contract on
+        // the SGEs.
+        let ctrl8 = unsafe {
+            let base = c.buf.add(((pi & c.mask) as usize) << 6);
+            self.emit_at(wr, &plan, pi, base)
+        };
         // SAFETY: `pi & mask` < wqe_cnt <= wrid_len (constructor); the slot
         // is a 16-byte, 8-aligned WrSlot owned by this queue.
-        unsafe {
-            self.set_slot(
-                self.wrid.as_ptr().add((pi & self.mask) as usize),
-                wr.wr_id,
-                &plan,
-                pi,
-            )
-        };
+        unsafe { self.set_slot(c.wrid.add((pi & c.mask) as usize), wr.wr_id, &plan, pi) };
         // The entries of the WQE's other BBs must not look like WQE starts
         // (stale entries from before a reset, or 65536 BBs ago, would let a
         // corrupt counter retire the wrong work).
         for k in 1..plan.nbb {
             // SAFETY: masked index < wqe_cnt <= wrid_len; the BB is free.
             unsafe {
-                self.wrid
-                    .as_ptr()
-                    .add((pi.wrapping_add(k) & self.mask) as usize)
+                c.wrid
+                    .add((pi.wrapping_add(k) & c.mask) as usize)
                     .write(WrSlot::default())
             };
         }
-        self.pi = end;
-        let bf_ds = if plan.shape.inline || !self.bf_inline_only {
-            plan.ds
-        } else {
-            0
-        };
+        c.pi = end;
+        if plan.user_sig {
+            c.last_signaled_end = end;
+        }
         Ok(Written {
             start: pi,
             ctrl8,
-            bf_ds,
+            sig: plan.user_sig,
+            inline: plan.shape.inline,
         })
     }
 
     /// Validates a WR and works out its WQE: opcode, size, flags.
     #[inline(always)]
     pub(crate) fn plan(&self, wr: &SendWr<'_>) -> Result<Plan> {
-        let shape = crate::wr::validate_send(wr, &self.caps)?;
+        self.plan_with(wr, &self.caps)
+    }
+
+    /// [`SendQueue::plan`] against `caps` (this queue's, or a copy).
+    #[inline(always)]
+    fn plan_with(&self, wr: &SendWr<'_>, caps: &QpCaps) -> Result<Plan> {
+        let shape = crate::wr::validate_send(wr, caps)?;
         let (mlx_op, hdr_ds, imm) = match wr.op {
             SendOp::Send => (opcode::SEND, 1, 0),
             SendOp::SendImm { imm } => (opcode::SEND_IMM, 1, imm),
@@ -566,15 +748,16 @@ impl SendQueue {
         };
         // Capabilities bound DS by MAX_DS (checked at construction).
         let ds = hdr_ds + data_ds;
-        let fm_ce_se = FM_CE_SE[(wr.flags.0 & 0xf) as usize] | self.sig_all_bits;
+        let [fm_word, slot_word] = self.flag_words[(wr.flags.0 & 0xf) as usize];
         Ok(Plan {
             mlx_op,
             hdr_ds,
             imm,
             ds,
             nbb: (ds + 3) >> 2,
-            fm_ce_se,
-            user_sig: fm_ce_se & ctrl_flags::CQ_UPDATE != 0,
+            fm_word,
+            slot_word,
+            user_sig: fm_word & byte3(ctrl_flags::CQ_UPDATE) != 0,
             shape,
         })
     }
@@ -586,45 +769,30 @@ impl SendQueue {
     /// read by the device); the SGE contract of [`SendQueue::post`].
     #[inline(always)]
     pub(crate) unsafe fn emit(&self, wr: &SendWr<'_>, plan: &Plan, pi: u32) -> u64 {
+        // SAFETY: (pi & mask) < wqe_cnt: the WQE's first BB is inside the
+        // ring; the caller's contract covers the rest.
+        unsafe {
+            let base = self.buf.as_ptr().add(((pi & self.mask) as usize) << 6);
+            self.emit_at(wr, plan, pi, base)
+        }
+    }
+
+    /// [`SendQueue::emit`] with the first BB's address `base` computed by
+    /// the caller.
+    ///
+    /// # Safety
+    /// As for [`SendQueue::emit`]; `base` is BB `pi & mask` of the ring.
+    #[inline(always)]
+    unsafe fn emit_at(&self, wr: &SendWr<'_>, plan: &Plan, pi: u32, base: *mut u8) -> u64 {
         let ctrl8 = pack2(
             ((pi & 0xffff) << 8 | plan.mlx_op as u32).to_be(),
             self.qpn_raw | plan.ds.to_be(),
         );
-        let slot = pi & self.mask;
-        if slot + plan.nbb <= self.wqe_cnt {
-            // The common case: the WQE does not wrap, segments are at fixed
-            // offsets from its first BB.
-            // SAFETY: slot < wqe_cnt, so the BB is inside the ring.
-            let base = unsafe { self.buf.as_ptr().add((slot as usize) << 6) };
-            // SAFETY: the WQE's BBs lie inside the ring (checked just above)
-            // and belong to the caller; segments are 16-aligned.
-            unsafe {
-                self.write_wqe(
-                    wr,
-                    &plan.shape,
-                    ctrl8,
-                    plan.fm_ce_se,
-                    plan.imm,
-                    plan.hdr_ds,
-                    |i| base.add(i as usize * 16),
-                )
-            };
-        } else {
-            let o = pi << 2;
-            // SAFETY: every octoword is masked into the ring; the BBs belong
-            // to the caller.
-            unsafe {
-                self.write_wqe(
-                    wr,
-                    &plan.shape,
-                    ctrl8,
-                    plan.fm_ce_se,
-                    plan.imm,
-                    plan.hdr_ds,
-                    |i| self.octo(o.wrapping_add(i)),
-                )
-            };
-        }
+        // SAFETY: the WQE's first BB is at `base`; its octowords 0..4
+        // (every header segment: hdr_ds <= 3) are at fixed offsets from it.
+        // Data segments past the first BB are masked into the ring by
+        // `write_wqe`.
+        unsafe { self.write_wqe(wr, plan, ctrl8, base, pi << 2) };
         ctrl8
     }
 
@@ -635,66 +803,65 @@ impl SendQueue {
     /// else accesses now.
     #[inline(always)]
     pub(crate) unsafe fn set_slot(&self, slot: *mut WrSlot, wr_id: u64, plan: &Plan, pi: u32) {
-        let flags = WrSlot::VALID
-            | if plan.user_sig {
-                WrSlot::USER_SIGNALED
-            } else {
-                0
-            };
         let p = slot.cast::<u64>();
-        // SAFETY: caller contract; two aligned 8-byte stores.
+        // `start`, `opcode` and `flags` as one native word.
+        let hi = u32::from_ne_bytes({
+            let s = (pi as u16).to_ne_bytes();
+            [s[0], s[1], plan.mlx_op, 0]
+        }) | plan.slot_word;
+        // SAFETY: caller contract; an aligned 8-byte store and two aligned
+        // 4-byte stores (offsets 8 and 12 of the 8-aligned slot).
         unsafe {
             p.write(wr_id);
-            p.add(1).write(WrSlot::meta(
-                pi.wrapping_add(plan.nbb),
-                pi as u16,
-                plan.mlx_op,
-                flags,
-            ));
+            let m = p.add(1).cast::<u32>();
+            m.write(pi.wrapping_add(plan.nbb));
+            m.add(1).write(hi);
         }
     }
 
-    /// Writes the segments of a validated WR; `at(i)` is the address of
-    /// octoword `i` of the WQE.
+    /// Writes the segments of a validated WR whose first BB is at `base`
+    /// (octoword `o` of the ring, unmasked).
+    ///
+    /// Header segments (at most 3 octowords) always lie in the first BB,
+    /// so they are stored at fixed offsets from `base`; a data segment in a
+    /// later BB may wrap at the ring end, so its address is masked.
     ///
     /// # Safety
-    /// `at(i)` must be a 16-aligned, writable address inside the ring for
-    /// every octoword of the WQE, with the WQE's BBs free.
+    /// `base` must be the 64-aligned first BB of the WQE inside the ring,
+    /// and the WQE's BBs must be free.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)] // the parts of one WQE
-    unsafe fn write_wqe(
-        &self,
-        wr: &SendWr<'_>,
-        shape: &crate::wr::SendShape,
-        ctrl8: u64,
-        fm_ce_se: u8,
-        imm: u32,
-        hdr_ds: u32,
-        at: impl Fn(u32) -> *mut u8,
-    ) {
-        // SAFETY: every address comes from `at`, valid and 16-aligned by the
-        // caller's contract; every store is an aligned 8-byte store.
+    unsafe fn write_wqe(&self, wr: &SendWr<'_>, plan: &Plan, ctrl8: u64, base: *mut u8, o: u32) {
+        // SAFETY: `base + 16 * i` for i < 4 is inside the first BB, and
+        // `octo` masks every later octoword into the ring; all belong to
+        // the caller. Every store is an aligned 8-byte store.
         unsafe {
-            let c = at(0).cast::<u64>();
+            let c = base.cast::<u64>();
             c.write(ctrl8);
-            c.add(1).write(pack2(byte3(fm_ce_se), imm.to_be()));
+            c.add(1).write(pack2(plan.fm_word, plan.imm.to_be()));
             if let Some(remote) = wr.op.remote() {
-                let r = at(1).cast::<u64>();
+                let r = base.add(16).cast::<u64>();
                 r.write(remote.addr.to_be());
                 r.add(1).write(pack2(remote.rkey.to_be(), 0));
             }
             match wr.op {
                 SendOp::CompareSwap { compare, swap, .. } => {
-                    let a = at(2).cast::<u64>();
+                    let a = base.add(32).cast::<u64>();
                     a.write(swap.to_be());
                     a.add(1).write(compare.to_be());
                 }
                 // Only swap_add is written; `compare` is left as it was
                 // (libmlx5 does the same, reference §A.3).
-                SendOp::FetchAdd { add, .. } => at(2).cast::<u64>().write(add.to_be()),
+                SendOp::FetchAdd { add, .. } => base.add(32).cast::<u64>().write(add.to_be()),
                 _ => {}
             }
-            let mut k = hdr_ds;
+            let at = |k: u32| {
+                if k < 4 {
+                    base.add(k as usize * 16)
+                } else {
+                    self.octo(o.wrapping_add(k))
+                }
+            };
+            let mut k = plan.hdr_ds;
             match wr.payload {
                 Payload::Sges(sges) => {
                     if wr.op.is_atomic() {
@@ -715,8 +882,8 @@ impl SendQueue {
                     }
                 }
                 Payload::Inline(pieces) => {
-                    if shape.inline_len != 0 {
-                        self.write_inline(at(k), shape.inline_len, pieces);
+                    if plan.shape.inline_len != 0 {
+                        self.write_inline(at(k), plan.shape.inline_len, pieces);
                     }
                 }
             }
@@ -772,13 +939,26 @@ impl SendQueue {
         if self.batch == 0 {
             return;
         }
-        let w = Written {
-            start: self.last_start,
-            ctrl8: self.last_ctrl8,
-            bf_ds: self.last_bf_ds,
-        };
         let single = self.batch == 1;
         self.batch = 0;
+        self.ring_written(self.last_start, self.last_inline, single);
+    }
+
+    /// The doorbell for pending WQEs, the last of which starts at BB
+    /// `start`: its control bytes are read back from the ring.
+    #[inline(always)]
+    fn ring_written(&mut self, start: u32, inline: bool, single: bool) {
+        // SAFETY: the first 8 bytes of the last WQE's control segment,
+        // inside the ring and 8-aligned; only this queue writes the ring.
+        let ctrl8 = unsafe { self.octo(start << 2).cast::<u64>().read() };
+        let w = Written {
+            start,
+            ctrl8,
+            // Unknown here: the guard test tells (a signaled last WQE leaves
+            // no unsignaled run).
+            sig: false,
+            inline,
+        };
         self.ring_last(w, single);
     }
 
@@ -786,16 +966,40 @@ impl SendQueue {
     /// the only WQE since the previous doorbell.
     #[inline(always)]
     fn ring_last(&mut self, w: Written, single: bool) {
-        // guard >= 1, so a zero run never forces.
-        if self.pi.wrapping_sub(self.last_signaled_end) >= self.guard {
+        // guard >= 1, so a zero run never forces; a signaled last WQE ends
+        // the run, so the test is skipped when that is known.
+        if !w.sig && self.pi.wrapping_sub(self.last_signaled_end) >= self.guard {
             self.force_signal_last(w.start);
+        }
+        if self.db_other {
+            self.ring_other(w.start, w.ctrl8, w.inline, single);
+            return;
         }
         // SAFETY: register offset is 0 or bf_size, inside the register pair;
         // see the constructor contract.
         let reg = unsafe { self.bf_reg.as_ptr().add(self.bf_offset as usize) };
+        // SAFETY: constructor contract.
+        unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, w.ctrl8, false) };
+        // Step 7: toggle between the two BlueFlame buffers.
+        self.bf_offset ^= self.bf_size;
+    }
+
+    /// The doorbell of a queue with a BlueFlame policy (libmlx5's default,
+    /// so kept inline) or a shared register.
+    #[inline(always)]
+    fn ring_other(&mut self, start: u32, ctrl8: u64, inline: bool, single: bool) {
+        // SAFETY: register offset is 0 or bf_size, inside the register pair;
+        // see the constructor contract.
+        let reg = unsafe { self.bf_reg.as_ptr().add(self.bf_offset as usize) };
         let flush = self.shared_register;
+        let ds = (u64::from_be(ctrl8) & 0x3f) as u32;
+        let bf_ds = if inline || !self.bf_inline_only {
+            ds
+        } else {
+            0
+        };
         // DS in 2..=bf_size/16 (a DS-1 WQE is never copied, §A.7).
-        if single && w.bf_ds.wrapping_sub(2) < self.bf_ds_limit {
+        if single && bf_ds.wrapping_sub(2) < self.bf_ds_limit {
             // SAFETY: dbrec/reg/ring validity from the constructor contract;
             // the WQE's BBs are inside the ring modulo mask.
             unsafe {
@@ -804,15 +1008,15 @@ impl SendQueue {
                     self.pi,
                     reg,
                     self.buf.as_ptr(),
-                    w.start,
-                    (w.bf_ds + 3) >> 2,
+                    start,
+                    (bf_ds + 3) >> 2,
                     self.mask,
                     flush,
                 )
             };
         } else {
             // SAFETY: constructor contract.
-            unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, w.ctrl8, flush) };
+            unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, ctrl8, flush) };
         }
         // Step 7: toggle between the two BlueFlame buffers.
         self.bf_offset ^= self.bf_size;
@@ -834,13 +1038,29 @@ impl SendQueue {
     /// As for [`SendQueue::post`].
     #[inline(always)]
     pub unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        let mut c = self.cursor();
         // SAFETY: forwarded contract.
-        let w = unsafe { self.write(wr) }?;
+        let w = unsafe { self.write(&mut c, wr) }?;
+        self.store_cursor(&c);
         // Earlier un-rung WQEs are covered by this doorbell too.
         let single = self.batch == 0;
         self.batch = 0;
         self.ring_last(w, single);
         Ok(())
+    }
+
+    /// Starts a run of posts that ends with one doorbell
+    /// ([`SendBatch::ring`]). The producer state stays in locals for the
+    /// whole run and is written back once.
+    #[inline(always)]
+    pub fn batch(&mut self) -> SendBatch<'_> {
+        SendBatch {
+            cur: self.cursor(),
+            count: 0,
+            last_start: 0,
+            last_inline: false,
+            sq: self,
+        }
     }
 
     /// Posts a list of WRs and rings the doorbell once. Stops at the first
@@ -851,35 +1071,19 @@ impl SendQueue {
     /// As for [`SendQueue::post`].
     #[inline]
     pub unsafe fn post_list(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        // The doorbell bookkeeping stays in locals for the whole batch.
-        let mut last: Option<Written> = None;
-        let mut count = self.batch;
-        let mut failed = None;
+        let mut b = self.batch();
+        let mut failed = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             // SAFETY: forwarded contract.
-            match unsafe { self.write(wr) } {
-                Ok(w) => {
-                    last = Some(w);
-                    count += 1;
-                }
-                Err(e) => {
-                    failed = Some(PostError { index: i, error: e });
-                    break;
-                }
+            if let Err(error) = unsafe { b.post(wr) } {
+                failed = Err(PostError { index: i, error });
+                break;
             }
         }
-        match last {
-            Some(w) => {
-                self.batch = 0;
-                self.ring_last(w, count == 1);
-            }
-            // Nothing new; earlier un-rung WQEs still get their doorbell.
-            None => self.ring(),
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        // Earlier un-rung WQEs get their doorbell even if nothing new was
+        // posted.
+        b.ring();
+        failed
     }
 
     /// Retires the WQE whose first BB has 16-bit index `wqe_counter` and
@@ -888,24 +1092,28 @@ impl SendQueue {
     /// retire the wrong work or index out of bounds.
     #[inline(always)]
     pub fn retire(&mut self, wqe_counter: u16) -> Option<Retired> {
-        let retired = self.retired;
-        let dist = (wqe_counter as u32).wrapping_sub(retired) & 0xffff;
-        if dist >= self.pi.wrapping_sub(retired) {
-            return None;
+        let mut c = self.retire_cursor();
+        let r = c.retire(wqe_counter)?;
+        self.commit_retire(&c);
+        Some(r)
+    }
+
+    /// The retirement state, copied into locals for a run of completions
+    /// (the poller keeps it in registers and writes it back once).
+    #[inline(always)]
+    pub(crate) fn retire_cursor(&self) -> RetireCursor {
+        RetireCursor {
+            wrid: self.wrid.as_ptr(),
+            mask: self.mask,
+            pi: self.pi,
+            retired: self.retired,
         }
-        let start = retired.wrapping_add(dist);
-        // SAFETY: index <= mask < wrid_len.
-        let slot = unsafe { self.wrid.as_ptr().add((start & self.mask) as usize).read() };
-        if slot.start != wqe_counter || slot.flags & WrSlot::VALID == 0 {
-            return None;
-        }
-        self.retired = slot.end;
-        Some(Retired {
-            wr_id: slot.wr_id,
-            opcode: slot.opcode,
-            user_signaled: slot.flags & WrSlot::USER_SIGNALED != 0,
-            start,
-        })
+    }
+
+    /// Writes a retirement cursor back.
+    #[inline(always)]
+    pub(crate) fn commit_retire(&mut self, c: &RetireCursor) {
+        self.retired = c.retired;
     }
 
     /// Reads back the data segments of the WQE starting at BB `start`,
