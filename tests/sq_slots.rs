@@ -352,3 +352,79 @@ fn two_gib_sge_is_refused() {
         Err(Error::LengthOverflow)
     );
 }
+
+/// `SendQueue::batch`: one doorbell for the run, with the last WQE's
+/// control bytes; a dropped batch leaves its WQEs pending (as `post`); a
+/// refused WR changes nothing; the forced-signal guard applies at its
+/// doorbell too.
+#[test]
+fn send_batch_rings_once_and_drop_leaves_pending() {
+    let small = QpCaps {
+        max_send_sge: 4,
+        max_inline_data: 60,
+        max_recv_sge: 4,
+    };
+    let cfg = SqConfig {
+        bf_policy: BfPolicy::Never,
+        ..SqConfig::default()
+    };
+    let mut f = FakeMlx5::new(geo());
+    let mut sq = f.send_queue(small, cfg).unwrap();
+    let sge = [Sge::new(0x1000, 8, 1)];
+    let wr = |id: u64, flags: SendFlags| SendWr::new(id, SendOp::Send, &sge, flags);
+    let reg_of = |f: &FakeMlx5, off: u32| f.bf.bytes()[off as usize..off as usize + 8].to_vec();
+
+    // Three WQEs, one doorbell carrying the third one's control bytes.
+    let mut b = sq.batch();
+    assert!(b.is_empty());
+    for i in 0..3 {
+        // SAFETY: fake queue memory; the SGE is never dereferenced.
+        unsafe { b.post(&wr(i, SendFlags::SIGNALED)) }.unwrap();
+    }
+    assert_eq!(b.len(), 3);
+    b.ring();
+    assert_eq!((sq.producer(), sq.pending(), f.dbrec_sq()), (3, 0, 3));
+    assert_eq!(sq.bf_offset(), 256, "one doorbell, one toggle");
+    assert_eq!(reg_of(&f, 0), f.sq_bytes()[2 * 64..2 * 64 + 8].to_vec());
+
+    // A dropped batch: written and counted as pending, no doorbell.
+    {
+        let mut b = sq.batch();
+        for i in 3..5 {
+            // SAFETY: as above.
+            unsafe { b.post(&wr(i, SendFlags::SIGNALED)) }.unwrap();
+        }
+    }
+    assert_eq!((sq.producer(), sq.pending(), f.dbrec_sq()), (5, 2, 3));
+    sq.ring();
+    assert_eq!((sq.pending(), f.dbrec_sq()), (0, 5));
+    assert_eq!(reg_of(&f, 256), f.sq_bytes()[4 * 64..4 * 64 + 8].to_vec());
+    assert_eq!(sq.retire(4).map(|r| r.wr_id), Some(4));
+
+    // A refused WR (too many SGEs) changes nothing; what was posted before
+    // it in the batch is still rung.
+    let many = [Sge::new(0x1000, 8, 1); 5];
+    let mut b = sq.batch();
+    // SAFETY: as above.
+    unsafe { b.post(&wr(5, SendFlags::SIGNALED)) }.unwrap();
+    // SAFETY: as above.
+    let bad = unsafe { b.post(&SendWr::new(6, SendOp::Send, &many, SendFlags::NONE)) };
+    assert_eq!(bad, Err(Error::TooManySges));
+    assert_eq!(b.len(), 1);
+    b.ring();
+    assert_eq!((sq.producer(), f.dbrec_sq()), (6, 6));
+
+    // The guard (4 BBs on this ring) forces a CQE on the last WQE of a
+    // batch that leaves too long an unsignaled run.
+    let mut b = sq.batch();
+    for i in 10..14 {
+        // SAFETY: as above.
+        unsafe { b.post(&wr(i, SendFlags::NONE)) }.unwrap();
+    }
+    b.ring();
+    let ce = |slot: u32| decode_wqe(f.sq_bytes(), slot).unwrap().fm_ce_se & 0x08 != 0;
+    assert_eq!(
+        (6..10).map(|s| ce(s % RING_BBS)).collect::<Vec<_>>(),
+        vec![false, false, false, true]
+    );
+}

@@ -382,6 +382,9 @@ pub struct CompletionQueue {
     log_cnt: u32,
     /// log2 of the CQE size (6 or 7).
     size_shift: u32,
+    /// The CQE64 of slot 0 (`buf + cqe_size - 64`), precomputed for the
+    /// poll loops.
+    cqe64_base: NonNull<u8>,
     ci: u32,
     dbrec: NonNull<u32>,
     uar: Option<NonNull<u8>>,
@@ -457,6 +460,9 @@ impl CompletionQueue {
             mask: cnt - 1,
             log_cnt: cnt.trailing_zeros(),
             size_shift: cq.cqe_size.trailing_zeros(),
+            // SAFETY: cqe_size (64 or 128) bytes from `buf` lie inside the
+            // buffer (contract; cnt >= 2).
+            cqe64_base: unsafe { buf.add(cq.cqe_size as usize - 64) },
             ci: 0,
             dbrec,
             uar,
@@ -546,10 +552,8 @@ impl CompletionQueue {
         out: &mut [Wc],
     ) -> (usize, u32, bool) {
         let mut ci = self.ci;
-        let (buf, mask, shift) = (self.buf.as_ptr(), self.mask, self.size_shift);
+        let (base, mask, shift) = (self.cqe64_base.as_ptr(), self.mask, self.size_shift);
         let cnt = mask + 1;
-        // SAFETY: cqe_size >= 64: the CQE64 is the last 64 bytes of a slot.
-        let base = unsafe { buf.add((1usize << shift) - 64) };
         // The CQE64 at `ci` if it is owned by software and a successful
         // requester entry without inline data (the solicited bit, 1, is
         // ignored); else whether the slot is empty (hardware-owned).
@@ -606,7 +610,10 @@ impl CompletionQueue {
                     } else {
                         t[1]
                     };
-                    out[n].set_words([r.wr_id, t[0], len_word, qpn_word, t[2], 0]);
+                    // SAFETY: n < out.len(): `out` is not empty, and the
+                    // loop returns as soon as n reaches its length.
+                    let w = unsafe { out.get_unchecked_mut(n) };
+                    w.set_words([r.wr_id, t[0], len_word, qpn_word, t[2], 0]);
                     n += 1;
                     if n == out.len() {
                         break (true, true);
