@@ -64,6 +64,9 @@ pub trait PortableQp: Send {
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
     /// Send WRs that can be posted now without overflowing the SQ.
     fn send_space(&self) -> u32;
+    /// The QP's state as the data path knows it (error completions move it
+    /// to ERROR).
+    fn state(&self) -> QpState;
     /// Called after a successful state change (so the data path can refuse
     /// posts the state forbids, and reset its counters on RESET).
     fn state_changed(&mut self, state: QpState);
@@ -418,8 +421,8 @@ pub struct Qp<B: Backend> {
 enum QpPath {
     /// The crate's mlx5 core.
     Mlx5(Mlx5Queues),
-    /// A provider-posted QP, and the state this handle last set.
-    Portable(Box<dyn PortableQp>, QpState),
+    /// A provider-posted QP.
+    Portable(Box<dyn PortableQp>),
 }
 
 /// The mlx5 queues of a QP.
@@ -526,7 +529,7 @@ impl<B: Backend> Pd<B> {
                     return Err(e);
                 }
             },
-            RawQpPath::Portable(p) => QpPath::Portable(p, QpState::Reset),
+            RawQpPath::Portable(p) => QpPath::Portable(p),
         };
         Ok(Qp {
             pd: Arc::clone(&self.inner),
@@ -686,7 +689,7 @@ impl<B: Backend> Qp<B> {
     pub fn state(&self) -> QpState {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.state(),
-            QpPath::Portable(_, st) => *st,
+            QpPath::Portable(p) => p.state(),
         }
     }
     /// Free send-queue space: 64-byte basic blocks on the mlx5 path, WRs
@@ -694,7 +697,7 @@ impl<B: Backend> Qp<B> {
     pub fn send_space(&self) -> u32 {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.free_bbs(),
-            QpPath::Portable(p, _) => p.send_space(),
+            QpPath::Portable(p) => p.send_space(),
         }
     }
     /// This QP's initial send PSN.
@@ -714,10 +717,7 @@ impl<B: Backend> Qp<B> {
                 q.sq.set_state(state);
                 q.rq.set_state(state);
             }
-            QpPath::Portable(p, st) => {
-                p.state_changed(state);
-                *st = state;
-            }
+            QpPath::Portable(p) => p.state_changed(state),
         }
     }
     /// Connection data to give the peer.
@@ -744,10 +744,7 @@ impl<B: Backend> Qp<B> {
                 q.sq.set_state(m.state);
                 q.rq.set_state(m.state);
             }
-            QpPath::Portable(p, st) => {
-                p.state_changed(m.state);
-                *st = m.state;
-            }
+            QpPath::Portable(p) => p.state_changed(m.state),
         }
         Ok(())
     }
@@ -814,7 +811,7 @@ impl<B: Backend> Qp<B> {
             // against registered regions (lkey, bounds, PD, access) before
             // any access; scatter-to-CQE is disabled on the API's pollers.
             QpPath::Mlx5(q) => unsafe { q.sq.post_list(wrs) },
-            QpPath::Portable(p, _) => p.post_send(wrs),
+            QpPath::Portable(p) => p.post_send(wrs),
         }
     }
 
@@ -824,7 +821,7 @@ impl<B: Backend> Qp<B> {
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.sq.post_one(wr) },
-            QpPath::Portable(p, _) => p.post_send(core::slice::from_ref(wr)).map_err(|e| e.error),
+            QpPath::Portable(p) => p.post_send(core::slice::from_ref(wr)).map_err(|e| e.error),
         }
     }
 
@@ -834,7 +831,7 @@ impl<B: Backend> Qp<B> {
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.rq.post_list(wrs) },
-            QpPath::Portable(p, _) => p.post_recv(wrs),
+            QpPath::Portable(p) => p.post_recv(wrs),
         }
     }
 }

@@ -57,12 +57,18 @@ fn devices(test: &str) -> Vec<(String, IpAddr)> {
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Polls `cq` until `n` completions arrived (or fails after [`WAIT`]).
+#[track_caller]
 fn wait(cq: &mut Cq<Dev>, qp: &mut Qp<Dev>, n: usize) -> Vec<Wc> {
     let mut got = Vec::new();
     let mut buf = [Wc::default(); 16];
     let t0 = Instant::now();
     while got.len() < n {
-        let k = cq.poll(qp, &mut buf).expect("poll");
+        let k = cq.poll(qp, &mut buf).unwrap_or_else(|e| {
+            panic!(
+                "poll: {e} ({:?}) after {got:?}",
+                rdma_direct::verbs::last_error()
+            )
+        });
         got.extend_from_slice(&buf[..k]);
         assert!(
             t0.elapsed() < WAIT,
@@ -92,7 +98,7 @@ struct Pair {
     cq_b: Cq<Dev>,
     pd: Pd<Dev>,
     dev: Device<Dev>,
-    _conns: Vec<CmConnection>,
+    conns: Vec<CmConnection>,
 }
 
 const ALL_REMOTE: Access = Access(
@@ -172,7 +178,7 @@ fn pair(name: &str, ip: IpAddr, use_cm: bool, pre: &(dyn Fn(&mut Qp<Dev>, bool) 
         cq_b,
         pd,
         dev,
-        _conns: conns,
+        conns,
     }
 }
 
@@ -455,26 +461,74 @@ fn rdma_cm_connects_on_rxe() {
 #[test]
 fn bad_rkey_is_a_remote_access_error() {
     for (name, ip) in devices("bad_rkey_is_a_remote_access_error") {
+        // RDMA READ with a bad rkey: the responder refuses it and the
+        // requester's READ completes in error.
         let mut p = pair(&name, ip, false, &|_, _| {});
-        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let land = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
         let mut dst = p.pd.register(64, ALL_REMOTE).unwrap();
         dst.as_mut_slice().fill(0xaa);
         let bad = Remote::new(dst.addr(), dst.rkey() ^ 0x00ff_ff00);
+        let sge = [land.sge(0, 64)];
         p.a.post_send(&[SendWr::new(
             1,
-            SendOp::Write { remote: bad },
-            &[src.sge(0, 64)],
+            SendOp::Read { remote: bad },
+            &sge,
             SendFlags::SIGNALED,
         )])
         .unwrap();
         let w = wait(&mut p.cq_a, &mut p.a, 1);
         assert_eq!(w[0].wr_id, 1);
-        assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}: {w:?}");
+        if p.dev.backend().port().transport == Transport::Iwarp {
+            // siw: the responder sends an iWARP TERMINATE and the
+            // requester's QP goes to ERROR, so the READ is flushed (the
+            // access error itself is not in the completion).
+            assert!(
+                [WcStatus::REM_ACCESS_ERR, WcStatus::WR_FLUSH_ERR].contains(&w[0].status),
+                "{name}: READ {w:?}"
+            );
+        } else {
+            assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}: READ {w:?}");
+        }
+        assert!(
+            land.as_slice().iter().all(|&b| b == 0),
+            "{name}: READ landed data"
+        );
+        assert_eq!(p.a.state(), QpState::Error);
+        drop(p);
+
+        // RDMA WRITE with a bad rkey: the target memory is untouched. On
+        // InfiniBand/RoCE the requester gets the remote access error in the
+        // WRITE's completion. On iWARP a WRITE completes locally once the
+        // data is handed to TCP; the responder then terminates the
+        // connection, so the error shows on the next WR instead.
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let mut dst = p.pd.register(64, ALL_REMOTE).unwrap();
+        dst.as_mut_slice().fill(0xaa);
+        let bad = Remote::new(dst.addr(), dst.rkey() ^ 0x00ff_ff00);
+        let sge = [src.sge(0, 64)];
+        p.a.post_send(&[SendWr::new(
+            2,
+            SendOp::Write { remote: bad },
+            &sge,
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(w[0].wr_id, 2);
+        if p.dev.backend().port().transport == Transport::Iwarp {
+            // The responder's TERMINATE tears the connection down: the
+            // active side's rdma_cm reports the disconnect.
+            p.conns[0]
+                .wait_disconnect(WAIT)
+                .unwrap_or_else(|e| panic!("{name}: no disconnect after a bad-rkey WRITE: {e}"));
+        } else {
+            assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}: WRITE {w:?}");
+        }
         assert!(
             dst.as_slice().iter().all(|&b| b == 0xaa),
             "{name}: data changed"
         );
-        assert_eq!(p.a.state(), QpState::Error);
     }
 }
 
@@ -508,13 +562,14 @@ fn bad_work_requests_are_typed_errors_before_the_provider() {
     for (name, ip) in devices("bad_work_requests_are_typed_errors_before_the_provider") {
         let mut p = pair(&name, ip, false, &|_, _| {});
         let m = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let caps = *p.a.caps();
         let s = m.sge(0, 8);
-        let three = [s, s, s];
-        let big = [0u8; 4096];
+        let too_many = vec![s; caps.max_send_sge as usize + 1];
+        let big = vec![0u8; caps.max_inline_data as usize + 1];
         let pieces = [&big[..]];
         let cases: [(SendWr, Error); 3] = [
             (
-                SendWr::new(1, SendOp::Send, &three, SendFlags::SIGNALED),
+                SendWr::new(1, SendOp::Send, &too_many, SendFlags::SIGNALED),
                 Error::TooManySges,
             ),
             (
@@ -527,7 +582,9 @@ fn bad_work_requests_are_typed_errors_before_the_provider() {
             ),
         ];
         for (wr, e) in cases {
-            let err = p.a.post_send(&[wr]).unwrap_err();
+            let err =
+                p.a.post_send(&[wr])
+                    .expect_err(&format!("{name}: {e:?} {caps:?}"));
             assert_eq!((err.index, err.error), (0, e), "{name}");
         }
         // Nothing reached the provider: the whole queue is free.

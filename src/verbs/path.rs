@@ -40,6 +40,10 @@ const POLL_BATCH: usize = 32;
 const RECV_BIT: u64 = 1 << 63;
 /// Slot flag: the user asked for a completion.
 const USER_SIGNALED: u32 = 1;
+/// Slot flag: the provider refused the WR (the user got a PostError). Some
+/// providers (siw) may still have queued it and flush it later; its
+/// completion, if one comes, is retired without being reported.
+const REFUSED: u32 = 2;
 
 /// One posted send: the user's wr_id and whether to report it.
 #[derive(Default)]
@@ -62,7 +66,7 @@ pub struct QpTrack {
     sq: Box<[Slot]>,
     sq_mask: u64,
     sq_cap: u64,
-    rq: Box<[AtomicU64]>,
+    rq: Box<[Slot]>,
     rq_mask: u64,
     rq_cap: u64,
     sq_posted: AtomicU64,
@@ -82,7 +86,7 @@ impl QpTrack {
             sq: (0..sq_n).map(|_| Slot::default()).collect(),
             sq_mask: sq_n - 1,
             sq_cap: u64::from(sq_cap.max(1)),
-            rq: (0..rq_n).map(|_| AtomicU64::new(0)).collect(),
+            rq: (0..rq_n).map(|_| Slot::default()).collect(),
             rq_mask: rq_n - 1,
             rq_cap: u64::from(rq_cap.max(1)),
             sq_posted: AtomicU64::new(0),
@@ -110,6 +114,29 @@ impl QpTrack {
         self.state.load(Ordering::Relaxed)
     }
 
+    /// Marks sends `[from, to)` as refused (see [`REFUSED`]).
+    fn refuse_sends(&self, from: u64, to: u64) {
+        for seq in from..to {
+            // Relaxed, then a Release store of sq_posted (already covering
+            // these) republishes the flags.
+            self.sq[(seq & self.sq_mask) as usize]
+                .flags
+                .store(REFUSED, Ordering::Relaxed);
+        }
+        self.sq_posted.store(to, Ordering::Release);
+    }
+
+    /// Marks receives `[from, to)` as refused.
+    fn refuse_recvs(&self, from: u64, to: u64) {
+        for seq in from..to {
+            // Relaxed: as in `refuse_sends`.
+            self.rq[(seq & self.rq_mask) as usize]
+                .flags
+                .store(REFUSED, Ordering::Relaxed);
+        }
+        self.rq_posted.store(to, Ordering::Release);
+    }
+
     /// Sends posted and not yet retired.
     pub fn sends_outstanding(&self) -> u64 {
         // Relaxed: a snapshot for reporting.
@@ -129,11 +156,16 @@ impl QpTrack {
             if seq < done || seq >= posted {
                 return Err(Error::CqeCorrupt);
             }
+            let slot = &self.rq[(seq & self.rq_mask) as usize];
             // Relaxed: ordered by the Acquire above.
-            let user = self.rq[(seq & self.rq_mask) as usize].load(Ordering::Relaxed);
+            let user = slot.wr_id.load(Ordering::Relaxed);
+            let flags = slot.flags.load(Ordering::Relaxed);
             // Release: the slot read above happens before the poster may
             // reuse it.
             self.rq_done.store(seq + 1, Ordering::Release);
+            if flags & REFUSED != 0 {
+                return Ok(None);
+            }
             return Ok(Some(user));
         }
         let seq = wr_id;
@@ -151,7 +183,7 @@ impl QpTrack {
         // An RC send queue completes in order: this completion retires
         // every earlier (unsignaled) WR too. Release: see receives.
         self.sq_done.store(seq + 1, Ordering::Release);
-        if ok && flags & USER_SIGNALED == 0 {
+        if flags & REFUSED != 0 || (ok && flags & USER_SIGNALED == 0) {
             return Ok(None);
         }
         Ok(Some(user))
@@ -423,9 +455,12 @@ impl PortableQp for VerbsQp {
                         // SAFETY: `bad` points into `chain`.
                         (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
                     };
-                    // Roll back what the provider did not take (no
-                    // completion can exist for those).
-                    t.sq_posted.store(base + idx as u64, Ordering::Release);
+                    // The user is told WRs idx.. were not posted. Some
+                    // providers queue them anyway and flush them later, so
+                    // keep their sequence numbers and mark them: their
+                    // completions (if any) are retired silently, and a
+                    // later completion or a RESET retires them otherwise.
+                    t.refuse_sends(base + idx as u64, base + n as u64);
                     return Err(PostError {
                         index: done + idx,
                         error: fail("ibv_post_send", ret.abs()),
@@ -502,8 +537,10 @@ impl PortableQp for VerbsQp {
                     core::ptr::null_mut()
                 };
                 chain[n].num_sge = (used - first) as i32;
+                let slot = &t.rq[(seq & t.rq_mask) as usize];
                 // Relaxed: published by the Release store of rq_posted.
-                t.rq[(seq & t.rq_mask) as usize].store(wr.wr_id, Ordering::Relaxed);
+                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+                slot.flags.store(0, Ordering::Relaxed);
                 n += 1;
             }
             if n > 0 {
@@ -523,7 +560,8 @@ impl PortableQp for VerbsQp {
                         // SAFETY: `bad` points into `chain`.
                         (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
                     };
-                    t.rq_posted.store(base + idx as u64, Ordering::Release);
+                    // As for sends.
+                    t.refuse_recvs(base + idx as u64, base + n as u64);
                     return Err(PostError {
                         index: done + idx,
                         error: fail("ibv_post_recv", ret.abs()),
@@ -546,6 +584,16 @@ impl PortableQp for VerbsQp {
         // Relaxed/Acquire: a snapshot; Acquire as in `post_send`.
         let used = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
         t.sq_cap.saturating_sub(used) as u32
+    }
+
+    fn state(&self) -> QpState {
+        match self.track.state() {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            _ => QpState::Error,
+        }
     }
 
     fn state_changed(&mut self, state: QpState) {
