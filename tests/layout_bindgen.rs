@@ -548,7 +548,7 @@ fn mlx5dv_obj_and_qp_init_attr() {
     assert_eq!(m::MLX5DV_OBJ_CQ, sys::mlx5dv_obj_type_MLX5DV_OBJ_CQ as u64);
     assert_eq!(
         m::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
-        sys::mlx5dv_qp_create_flags_MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE as u32
+        sys::mlx5dv_qp_create_flags_MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE
     );
     assert_eq!(
         m::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
