@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::vec;
 
 use core::ptr::NonNull;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{
@@ -79,6 +80,8 @@ pub trait PortableCq: Send {
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize>;
     /// Entries the CQ holds.
     fn depth(&self) -> u32;
+    /// Requests an event for the next completion.
+    fn arm(&mut self) -> Result<()>;
 }
 
 /// The queues of a CQ as a backend hands them out.
@@ -194,6 +197,16 @@ pub trait Backend: Send + Sync + 'static {
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;
     /// Destroys a QP.
     fn destroy_qp(&self, qpn: u32) -> Result<()>;
+    /// The fd that becomes readable when an armed CQ gets a completion.
+    fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        let _ = cqn;
+        Err(Error::Unsupported)
+    }
+    /// Takes the CQ's pending events without blocking; returns how many.
+    fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        let _ = cqn;
+        Err(Error::Unsupported)
+    }
 }
 
 impl Backend for crate::soft::SoftDevice {
@@ -253,6 +266,12 @@ impl Backend for crate::soft::SoftDevice {
     }
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
         crate::soft::SoftDevice::destroy_qp(self, qpn)
+    }
+    fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        crate::soft::SoftDevice::cq_event_fd(self, cqn)
+    }
+    fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        crate::soft::SoftDevice::cq_event_consume(self, cqn)
     }
 }
 
@@ -315,6 +334,73 @@ impl<B: Backend> Drop for CqInner<B> {
 pub struct Cq<B: Backend> {
     inner: Arc<CqInner<B>>,
     cq: CqPath,
+    adaptive: Adaptive,
+}
+
+/// How [`Cq::wait`] waits for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Poll in a loop: the lowest latency, a whole core while waiting.
+    BusyPoll,
+    /// Arm the CQ, poll once more (a completion that slipped in between
+    /// is not missed), then sleep on the CQ's event fd.
+    Event,
+    /// Spin for a budget learnt from how soon completions have been
+    /// arriving, then fall back to [`WaitMode::Event`].
+    Adaptive,
+}
+
+/// Tuning of [`WaitMode::Adaptive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveConfig {
+    /// Shortest spin before sleeping.
+    pub min_spin: Duration,
+    /// Longest spin; when completions take longer than this to arrive,
+    /// spinning does not pay and the wait sleeps after `min_spin`.
+    pub max_spin: Duration,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            min_spin: Duration::from_micros(1),
+            max_spin: Duration::from_micros(200),
+        }
+    }
+}
+
+/// The adaptive waiter's state: an exponentially weighted average of how
+/// long waits took, and the spin budget derived from it.
+#[derive(Clone, Copy, Debug)]
+struct Adaptive {
+    cfg: AdaptiveConfig,
+    /// Average wait, in nanoseconds (weight 1/8 per sample).
+    avg_ns: u64,
+    /// Current spin budget.
+    budget: Duration,
+}
+
+impl Adaptive {
+    fn new(cfg: AdaptiveConfig) -> Adaptive {
+        Adaptive {
+            cfg,
+            avg_ns: cfg.max_spin.as_nanos() as u64 / 2,
+            budget: cfg.max_spin,
+        }
+    }
+
+    /// Learns from one wait that took `took`.
+    fn learn(&mut self, took: Duration) {
+        let t = took.as_nanos().min(u64::MAX as u128) as u64;
+        self.avg_ns = self.avg_ns - self.avg_ns / 8 + t / 8;
+        let avg = Duration::from_nanos(self.avg_ns);
+        self.budget = if avg > self.cfg.max_spin {
+            // Completions come slower than spinning can wait for.
+            self.cfg.min_spin
+        } else {
+            (avg * 2).clamp(self.cfg.min_spin, self.cfg.max_spin)
+        };
+    }
 }
 
 /// The poller behind a [`Cq`].
@@ -485,6 +571,7 @@ impl<B: Backend> Device<B> {
             RawCqPath::Portable(p) => CqPath::Portable(p),
         };
         Ok(Cq {
+            adaptive: Adaptive::new(AdaptiveConfig::default()),
             inner: Arc::new(CqInner {
                 b: Arc::clone(&self.b),
                 cqn: raw.cqn,
@@ -671,6 +758,129 @@ impl<B: Backend> Cq<B> {
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.poll(route, out),
             CqPath::Portable(p) => p.poll(out),
+        }
+    }
+}
+
+impl<B: Backend> Cq<B> {
+    /// The fd that becomes readable when the armed CQ gets a completion
+    /// (for the application's own epoll set; see [`Cq::arm`]).
+    pub fn event_fd(&self) -> Result<i32> {
+        self.inner.b.cq_event_fd(self.inner.cqn)
+    }
+
+    /// Requests one event for the next completion. Poll once more after
+    /// arming: a completion that arrived before the arm may not raise one.
+    pub fn arm(&mut self) -> Result<()> {
+        match &mut self.cq {
+            CqPath::Mlx5(cq) => cq.arm(false),
+            CqPath::Portable(p) => p.arm(),
+        }
+    }
+
+    /// Takes the pending events without blocking (after the fd became
+    /// readable); returns how many.
+    pub fn consume_events(&mut self) -> Result<u32> {
+        let n = self.inner.b.cq_event_consume(self.inner.cqn)?;
+        if let CqPath::Mlx5(cq) = &mut self.cq {
+            // Each delivered event advances the arm sequence number.
+            for _ in 0..n.min(4) {
+                cq.event_consumed();
+            }
+        }
+        Ok(n)
+    }
+
+    /// Sets the adaptive waiter's spin range.
+    pub fn set_adaptive(&mut self, cfg: AdaptiveConfig) {
+        self.adaptive = Adaptive::new(cfg);
+    }
+
+    /// The adaptive waiter's current spin budget.
+    pub fn spin_budget(&self) -> Duration {
+        self.adaptive.budget
+    }
+
+    /// Waits up to `timeout` for completions of the QPs in `route` and
+    /// polls them into `out`: returns how many (at least one), or
+    /// [`Error::Timeout`]. Never blocks longer than `timeout`.
+    pub fn wait<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+        mode: WaitMode,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        match mode {
+            WaitMode::BusyPoll => self.spin_until(route, out, deadline),
+            WaitMode::Event => self.sleep_until(route, out, deadline),
+            WaitMode::Adaptive => {
+                let spin_end = (start + self.adaptive.budget).min(deadline);
+                let r = match self.spin_until(route, out, spin_end) {
+                    Err(Error::Timeout) if spin_end < deadline => {
+                        self.sleep_until(route, out, deadline)
+                    }
+                    r => r,
+                };
+                if r.is_ok() {
+                    self.adaptive.learn(start.elapsed());
+                }
+                r
+            }
+        }
+    }
+
+    /// Polls until a completion arrives or `deadline` passes (the clock is
+    /// read every 64 empty polls).
+    fn spin_until<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+        deadline: Instant,
+    ) -> Result<usize> {
+        loop {
+            for _ in 0..64 {
+                let n = self.poll(route, out)?;
+                if n > 0 || out.is_empty() {
+                    return Ok(n);
+                }
+                core::hint::spin_loop();
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    /// The event path: poll, arm, poll again, sleep on the fd, repeat.
+    fn sleep_until<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+        deadline: Instant,
+    ) -> Result<usize> {
+        let fd = self.event_fd()?;
+        loop {
+            let n = self.poll(route, out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            self.arm()?;
+            // A completion written before the arm took effect raises no
+            // event: look once more before sleeping.
+            let n = self.poll(route, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            if crate::event::wait_readable(fd, left)? {
+                self.consume_events()?;
+            }
         }
     }
 }

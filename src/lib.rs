@@ -51,6 +51,10 @@ pub mod soft;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
+/// Completion events as file descriptors (eventfd, timed waits).
+#[cfg(feature = "std")]
+pub mod event;
+
 /// Std-only helpers (aligned buffers).
 #[cfg(feature = "std")]
 pub mod util;

@@ -282,6 +282,10 @@ struct Cq {
     pi: u32,
     overrun: bool,
     users: u32,
+    /// Signalled when a CQE lands on an armed CQ.
+    event: Arc<crate::event::EventFd>,
+    /// Armed at this consumer index, not fired yet.
+    armed_ci: Option<u32>,
 }
 
 /// What executing one WQE produced.
@@ -458,7 +462,51 @@ impl Engine {
             work += self.run_sq(qi, now);
             work += self.flush_rq(qi);
         }
+        self.fire_cq_events();
         work
+    }
+
+    /// Delivers completion events (reference §A.8): software arms a CQ by
+    /// writing the arm word into doorbell-record word 1 and then the 64-bit
+    /// CQ doorbell (`arm word << 32 | cqn`, big-endian) at UAR + 0x20. Each
+    /// doorbell write arms the CQ once: the device takes it (swaps the
+    /// register back to 0, as a write-triggered register would be
+    /// consumed), and fires one event as soon as a CQE exists at or after
+    /// the armed consumer index. Solicited-only arming fires on any
+    /// completion here.
+    fn fire_cq_events(&mut self) {
+        for (i, slot) in self.cqs.iter_mut().enumerate() {
+            let Some(cq) = slot.as_mut() else {
+                continue;
+            };
+            // SAFETY: the CQ doorbell at UAR + 0x20 is 8-aligned and inside
+            // the UAR page owned by `cq.mem`; software writes it with one
+            // 64-bit store, the device reads and clears it atomically, so a
+            // write that lands after the swap stays for the next pass.
+            let reg = unsafe {
+                core::sync::atomic::AtomicU64::from_ptr(
+                    cq.mem
+                        .uar
+                        .ptr()
+                        .add(crate::provider::mlx5::layout::CQ_DOORBELL)
+                        .cast(),
+                )
+            };
+            // AcqRel: the doorbell-record word written before the doorbell
+            // is visible after this.
+            let v = u64::from_be(reg.swap(0, Ordering::AcqRel));
+            if v != 0 && (v & 0x00ff_ffff) as u32 == CQN_BASE + i as u32 {
+                cq.armed_ci = Some(((v >> 32) as u32) & 0x00ff_ffff);
+            }
+            let Some(ci) = cq.armed_ci else {
+                continue;
+            };
+            let ahead = cq.pi.wrapping_sub(ci) & 0x00ff_ffff;
+            if ahead != 0 && ahead <= cq.cnt {
+                cq.armed_ci = None;
+                cq.event.signal();
+            }
+        }
     }
 
     /// In ERROR, completes every posted receive with a flush error.
@@ -1112,6 +1160,7 @@ impl SoftDevice {
             }
         };
         let cqn = CQN_BASE + idx as u32;
+        let event = Arc::new(crate::event::EventFd::new()?);
         e.cqs[idx] = Some(Cq {
             mem: Arc::clone(&mem),
             cnt,
@@ -1119,6 +1168,8 @@ impl SoftDevice {
             pi: 0,
             overrun: false,
             users: 0,
+            event,
+            armed_ci: None,
         });
         let dv = Mlx5dvCq {
             buf: mem.buf.ptr(),
@@ -1143,6 +1194,22 @@ impl SoftDevice {
         }
         e.cqs[(cqn - CQN_BASE) as usize] = None;
         Ok(())
+    }
+
+    /// The fd that becomes readable when an armed CQ gets a completion.
+    pub fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        let mut e = self.engine();
+        let cq = e.cq_mut(cqn).ok_or(Error::NoSuchObject)?;
+        Ok(cq.event.fd())
+    }
+
+    /// Takes the CQ's pending events (non-blocking); returns how many.
+    pub fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        let ev = {
+            let mut e = self.engine();
+            Arc::clone(&e.cq_mut(cqn).ok_or(Error::NoSuchObject)?.event)
+        };
+        Ok(ev.drain().min(u64::from(u32::MAX)) as u32)
     }
 
     /// True if the CQ overran (the device dropped a completion).

@@ -627,6 +627,14 @@ impl Backend for VerbsDevice {
         if ch.is_null() {
             return Err(fail_errno("ibv_create_comp_channel"));
         }
+        // Non-blocking, so events can be drained without blocking
+        // (`cq_event_consume`) and the fd can go into an epoll set.
+        // SAFETY: the channel's own fd.
+        unsafe {
+            let fd = (*ch).fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
         // SAFETY: live context and channel; no CQ context pointer.
         let cq =
             unsafe { sys::ibv_create_cq(self.ctx.ctx, depth as i32, core::ptr::null_mut(), ch, 0) };
@@ -776,6 +784,36 @@ impl Backend for VerbsDevice {
         })?;
         self.note_state(qpn, m.state);
         Ok(())
+    }
+
+    fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        self.cq_channel_fd(cqn)
+    }
+
+    fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        let (ch, cq) = {
+            let t = self.lock();
+            let e = t.cqs.get(&cqn).ok_or(Error::NoSuchObject)?;
+            (e.channel.0, e.cq.0)
+        };
+        let mut n = 0u32;
+        loop {
+            let mut got: *mut sys::ibv_cq = core::ptr::null_mut();
+            let mut ctx: *mut core::ffi::c_void = core::ptr::null_mut();
+            // SAFETY: live channel (non-blocking fd); valid out-pointers.
+            let r = unsafe { sys::ibv_get_cq_event(ch, &mut got, &mut ctx) };
+            if r != 0 {
+                break; // EAGAIN: none left
+            }
+            if got == cq {
+                n += 1;
+            }
+        }
+        if n > 0 {
+            // SAFETY: acknowledges exactly the events taken above.
+            unsafe { sys::ibv_ack_cq_events(cq, n) };
+        }
+        Ok(n)
     }
 
     fn destroy_qp(&self, qpn: u32) -> Result<()> {

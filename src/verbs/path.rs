@@ -772,4 +772,15 @@ impl PortableCq for VerbsCq {
     fn depth(&self) -> u32 {
         self.depth
     }
+
+    fn arm(&mut self) -> Result<()> {
+        // SAFETY: live CQ; `context` of a live CQ is live.
+        let op = unsafe { (*(*self.cq).context).ops.req_notify_cq };
+        let Some(f) = op else {
+            return Err(Error::Unsupported);
+        };
+        // SAFETY: live CQ; 0 = any completion.
+        let r = unsafe { f(self.cq, 0) };
+        super::check("ibv_req_notify_cq", r)
+    }
 }
