@@ -376,6 +376,33 @@ static void test_rdma(void)
     CHECK_EQ(rdd_qp_post_send(e.qp[0], &w, 1, &bad), RDD_STATUS_OK);
     CHECK_EQ(wait_wc(&e, 0, wc, 1), 1);
     CHECK_EQ(wc[0].status, RDD_WC_WR_FLUSH_ERR);
+    {
+        /* The WR that broke the QP, as it was posted (the flush after it
+         * does not replace it), and what usually causes its status. */
+        rdd_failed_wr f;
+        int found = -1;
+        char why[512];
+        size_t n = 0;
+        memset(&f, 0xee, sizeof f);
+        CHECK_EQ(rdd_qp_failed_wr(e.qp[0], &f, &found), RDD_STATUS_OK);
+        CHECK_EQ(found, 1);
+        CHECK_EQ(f.wr_id, 9);
+        CHECK_EQ(f.status, RDD_WC_REM_ACCESS_ERR);
+        CHECK_EQ(f.opcode, RDD_WC_OP_RDMA_WRITE);
+        CHECK_EQ(f.recv, 0);
+        CHECK_EQ(f.remote_addr, (uint64_t)(uintptr_t)e.buf[1]);
+        CHECK_EQ(f.rkey, e.rkey[1]);
+        CHECK_EQ(f.local_addr, s.addr);
+        CHECK_EQ(f.lkey, s.lkey);
+        CHECK_EQ(f.length, 8);
+        CHECK(f.syndrome != 0);
+        CHECK_EQ(rdd_wc_status_causes(f.status, why, sizeof why, &n), RDD_STATUS_OK);
+        CHECK(strstr(why, "rkey is not valid at the peer") != NULL);
+        CHECK_EQ(n, strlen(why) + 1);
+        CHECK_EQ(rdd_qp_failed_wr(e.qp[1], &f, &found), RDD_STATUS_OK);
+        CHECK_EQ(found, 0);
+        CHECK_EQ(rdd_qp_failed_wr(e.qp[0], NULL, &found), RDD_STATUS_NULL_PARAMETER);
+    }
     env_close(&e);
 
     /* A wrong lkey is caught by the device: local protection error. */

@@ -106,7 +106,7 @@
  * Size in bytes of `rdd_mlx5_sq_storage`. Part of the ABI: it leaves room
  * for the send queue to grow without changing the C type.
  */
-#define RDD_MLX5_SQ_STORAGE_SIZE 256
+#define RDD_MLX5_SQ_STORAGE_SIZE 384
 
 /**
  * Alignment in bytes of `rdd_mlx5_sq_storage`.
@@ -930,6 +930,70 @@ typedef struct rdd_qp_info {
 } rdd_qp_info;
 
 /**
+ * The first work request that failed on this QP since it was created or
+ * last reset, as it was posted (`rdd_qp_failed_wr`). Flush errors do not
+ * count: this is the WR that broke the QP. 56 bytes.
+ */
+typedef struct rdd_failed_wr {
+    /**
+     * The WR's id.
+     */
+    uint64_t wr_id;
+    /**
+     * Completion status (`RDD_WC_*`).
+     */
+    uint32_t status;
+    /**
+     * Raw vendor syndrome.
+     */
+    uint32_t vendor_err;
+    /**
+     * Operation (`RDD_WC_OP_*`).
+     */
+    uint32_t opcode;
+    /**
+     * Raw mlx5 syndrome.
+     */
+    uint8_t syndrome;
+    /**
+     * 1 for a receive, 0 for a send-queue WR.
+     */
+    uint8_t recv;
+    /**
+     * 1 if the payload was inline.
+     */
+    uint8_t inline_data;
+    /**
+     * Written as 0.
+     */
+    uint8_t reserved;
+    /**
+     * First local buffer (0 for inline data).
+     */
+    uint64_t local_addr;
+    /**
+     * Total local length (inline bytes for inline data).
+     */
+    uint32_t length;
+    /**
+     * Local key of the first buffer.
+     */
+    uint32_t lkey;
+    /**
+     * Remote address (RDMA and atomics).
+     */
+    uint64_t remote_addr;
+    /**
+     * Remote key (RDMA and atomics).
+     */
+    uint32_t rkey;
+    /**
+     * Written as 0.
+     */
+    uint32_t reserved2;
+} rdd_failed_wr;
+
+/**
  * Connection attributes for `rdd_qp_connect` (NULL there means no remote
  * access and infinite retries).
  */
@@ -983,6 +1047,20 @@ rdd_status rdd_status_str(uint32_t status,
                           char *buf,
                           size_t len,
                           size_t *out_n);
+
+/**
+ * Writes the likely causes of a completion status (`RDD_WC_*`, e.g. from
+ * `rdd_wc.status` or `rdd_failed_wr.status`) into `buf`, with the same
+ * buffer contract as `rdd_status_str`. Unknown values get the text for a
+ * general error.
+ *
+ * # Safety
+ * As `rdd_status_str`.
+ */
+rdd_status rdd_wc_status_causes(uint32_t wc_status,
+                                char *buf,
+                                size_t len,
+                                size_t *out_n);
 
 /**
  * The library version (`CARGO_PKG_VERSION`, e.g. "0.1.0") as a static
@@ -1419,6 +1497,19 @@ rdd_status rdd_qp_query_info(const struct rdd_qp *qp,
  */
 rdd_status rdd_qp_query_caps(const struct rdd_qp *qp,
                              struct rdd_qp_caps *out);
+
+/**
+ * The first WR that failed on `qp` (see `rdd_failed_wr`). `*out_found` is
+ * 1 and `*out` filled if there is one, 0 (and `*out` untouched)
+ * otherwise. `rdd_wc_status_causes` explains the status in words.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_failed_wr`, `out_found` of one
+ * `int`.
+ */
+rdd_status rdd_qp_failed_wr(struct rdd_qp *qp,
+                            struct rdd_failed_wr *out,
+                            int *out_found);
 
 /**
  * The number of send doorbells this QP has rung (one per non-empty

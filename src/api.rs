@@ -68,6 +68,11 @@ pub trait PortableQp: Send {
     /// The QP's state as the data path knows it (error completions move it
     /// to ERROR).
     fn state(&self) -> QpState;
+    /// The first WR that failed since creation or the last RESET, as it
+    /// was posted (see [`crate::wr::FailedWr`]).
+    fn failure(&self) -> Option<crate::wr::FailedWr> {
+        None
+    }
     /// Called after a successful state change (so the data path can refuse
     /// posts the state forbids, and reset its counters on RESET).
     fn state_changed(&mut self, state: QpState);
@@ -908,6 +913,17 @@ impl<B: Backend> Qp<B> {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.free_bbs(),
             QpPath::Portable(p) => p.send_space(),
+        }
+    }
+    /// The first WR that failed since the QP was created or last went
+    /// through RESET, as it was posted (opcode, local and remote address,
+    /// length, keys), with its status, vendor syndrome and
+    /// [`FailedWr::likely_causes`](crate::wr::FailedWr::likely_causes).
+    /// Flush errors do not count: this is the WR that broke the QP.
+    pub fn failure(&self) -> Option<crate::wr::FailedWr> {
+        match &self.path {
+            QpPath::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
+            QpPath::Portable(p) => p.failure(),
         }
     }
     /// This QP's initial send PSN.

@@ -352,6 +352,67 @@ pub fn validate_recv(wr: &RecvWr<'_>, caps: &QpCaps) -> Result<()> {
     Ok(())
 }
 
+/// A work request that failed, as it was posted: what an error completion
+/// is about, decoded from the WQE still in the ring (mlx5) or from the
+/// copy the portable path keeps. [`FailedWr::likely_causes`] explains the
+/// status in words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailedWr {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// Completion status (`ibv_wc_status` numbering).
+    pub status: crate::provider::mlx5::WcStatus,
+    /// Raw vendor syndrome.
+    pub vendor_err: u32,
+    /// Raw mlx5 syndrome (0 on other providers).
+    pub syndrome: u8,
+    /// A receive (otherwise a send-queue WR).
+    pub recv: bool,
+    /// The operation (`ibv_wc_opcode` numbering).
+    pub opcode: crate::provider::mlx5::WcOpcode,
+    /// First local buffer (0 for inline data).
+    pub local_addr: u64,
+    /// Total local length in bytes (inline bytes for inline data).
+    pub length: u32,
+    /// Local key of the first local buffer.
+    pub lkey: u32,
+    /// Remote address (RDMA and atomics; 0 otherwise).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics; 0 otherwise).
+    pub rkey: u32,
+    /// The payload was inline.
+    pub inline: bool,
+}
+
+impl FailedWr {
+    /// The usual reasons for this failure.
+    pub const fn likely_causes(&self) -> &'static str {
+        status_causes(self.status)
+    }
+}
+
+/// The usual reasons for a completion status, in words.
+pub const fn status_causes(s: crate::provider::mlx5::WcStatus) -> &'static str {
+    match s.0 {
+        0 => "success",
+        1 => "local length error: the message is longer than the receive buffers posted for it, or longer than the port allows",
+        2 => "local QP operation error: the WQE was malformed or not allowed on this QP (e.g. inline data above the QP's limit)",
+        4 => "local protection error: a local SGE's lkey is not valid, belongs to another protection domain, or the address range is outside its memory region",
+        5 => "flushed: the QP was already in the error state (an earlier WR failed or the QP was moved to ERROR); see the first error completion",
+        6 => "memory-window bind error",
+        7 => "bad response from the peer (unexpected transport opcode)",
+        8 => "local access error: the local region lacks LOCAL_WRITE for a receive, RDMA READ result or atomic result",
+        9 => "remote invalid request: the peer does not support the operation, an atomic target is not 8-byte aligned, or the message exceeds the peer's limits",
+        10 => "remote access error: the rkey is not valid at the peer (wrong key, memory region deregistered or re-registered, window invalidated), the remote range lies outside the region, or the region or the peer QP lacks the needed REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC access",
+        11 => "remote operation error: the peer could not complete the operation (e.g. its receive queue or receive buffer failed)",
+        12 => "transport retry count exceeded: the peer did not answer (down, unreachable, wrong GID/LID or GID index, MTU or PSN mismatch, peer QP not in RTR/RTS, or a lossy RoCE fabric)",
+        13 => "RNR retry count exceeded: the peer had no receive posted for a SEND or RDMA WRITE with immediate; post receives earlier, add flow control, or raise rnr_retry",
+        16 => "remote aborted: the peer's QP went to the error state during the operation",
+        20 => "response timeout",
+        _ => "general error: see the vendor syndrome",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ use crate::wr::QpCaps;
 
 /// Size in bytes of `rdd_mlx5_sq_storage`. Part of the ABI: it leaves room
 /// for the send queue to grow without changing the C type.
-pub const RDD_MLX5_SQ_STORAGE_SIZE: usize = 256;
+pub const RDD_MLX5_SQ_STORAGE_SIZE: usize = 384;
 /// Alignment in bytes of `rdd_mlx5_sq_storage`.
 pub const RDD_MLX5_SQ_STORAGE_ALIGN: usize = 16;
 /// Size in bytes of `rdd_mlx5_rq_storage`.

@@ -1423,6 +1423,89 @@ pub unsafe extern "C" fn rdd_qp_query_caps(qp: *const rdd_qp, out: *mut rdd_qp_c
     })
 }
 
+/// The first work request that failed on this QP since it was created or
+/// last reset, as it was posted (`rdd_qp_failed_wr`). Flush errors do not
+/// count: this is the WR that broke the QP. 56 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct rdd_failed_wr {
+    /// The WR's id.
+    pub wr_id: u64,
+    /// Completion status (`RDD_WC_*`).
+    pub status: u32,
+    /// Raw vendor syndrome.
+    pub vendor_err: u32,
+    /// Operation (`RDD_WC_OP_*`).
+    pub opcode: u32,
+    /// Raw mlx5 syndrome.
+    pub syndrome: u8,
+    /// 1 for a receive, 0 for a send-queue WR.
+    pub recv: u8,
+    /// 1 if the payload was inline.
+    pub inline_data: u8,
+    /// Written as 0.
+    pub reserved: u8,
+    /// First local buffer (0 for inline data).
+    pub local_addr: u64,
+    /// Total local length (inline bytes for inline data).
+    pub length: u32,
+    /// Local key of the first buffer.
+    pub lkey: u32,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Written as 0.
+    pub reserved2: u32,
+}
+
+const_assert_eq!(size_of::<rdd_failed_wr>(), 56);
+
+/// The first WR that failed on `qp` (see `rdd_failed_wr`). `*out_found` is
+/// 1 and `*out` filled if there is one, 0 (and `*out` untouched)
+/// otherwise. `rdd_wc_status_causes` explains the status in words.
+///
+/// # Safety
+/// `out` is valid for a write of one `rdd_failed_wr`, `out_found` of one
+/// `int`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_qp_failed_wr(
+    qp: *mut rdd_qp,
+    out: *mut rdd_failed_wr,
+    out_found: *mut core::ffi::c_int,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out);
+        non_null!(out_found);
+        let mut q = try_status!(excl::<QpObj>(h(qp)));
+        let queues = q.q.get_mut();
+        let found = queues.sq.failure().or(queues.rq.failure());
+        if let Some(f) = found {
+            let c = rdd_failed_wr {
+                wr_id: f.wr_id,
+                status: f.status.0,
+                vendor_err: f.vendor_err,
+                opcode: f.opcode.0,
+                syndrome: f.syndrome,
+                recv: f.recv as u8,
+                inline_data: f.inline as u8,
+                reserved: 0,
+                local_addr: f.local_addr,
+                length: f.length,
+                lkey: f.lkey,
+                remote_addr: f.remote_addr,
+                rkey: f.rkey,
+                reserved2: 0,
+            };
+            // SAFETY: non-NULL (checked), writable (caller contract).
+            unsafe { put(out, c) };
+        }
+        // SAFETY: as above.
+        unsafe { put(out_found, found.is_some() as core::ffi::c_int) };
+        rdd_status::Ok
+    })
+}
+
 /// The number of send doorbells this QP has rung (one per non-empty
 /// `rdd_qp_post_send` call): a measure of batching.
 ///

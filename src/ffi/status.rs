@@ -307,22 +307,57 @@ pub unsafe extern "C" fn rdd_status_str(
             Some(s) => s.message(),
             None => UNKNOWN_STATUS,
         };
-        let needed = msg.len() + 1;
-        if len < needed {
-            // SAFETY: `out_n` is non-NULL and valid for a write (caller
-            // contract); unaligned writes are allowed.
-            unsafe { out_n.write_unaligned(needed) };
-            return rdd_status::BufferTooSmall;
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { write_message(msg, buf, len, out_n) }
+    })
+}
+
+/// Copies `msg` and a NUL into `buf` with `rdd_status_str`'s contract.
+///
+/// # Safety
+/// As `rdd_status_str`; `out_n` is non-NULL, and `buf` is non-NULL when
+/// `len > 0`.
+unsafe fn write_message(msg: &str, buf: *mut c_char, len: usize, out_n: *mut usize) -> rdd_status {
+    let needed = msg.len() + 1;
+    if len < needed {
+        // SAFETY: `out_n` is non-NULL and valid for a write (caller
+        // contract); unaligned writes are allowed.
+        unsafe { out_n.write_unaligned(needed) };
+        return rdd_status::BufferTooSmall;
+    }
+    // SAFETY: `buf` is valid for `len >= msg.len() + 1` bytes (caller
+    // contract) and cannot overlap the static message; `out_n` is non-NULL
+    // and valid for a write.
+    unsafe {
+        ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), msg.len());
+        buf.add(msg.len()).write(0);
+        out_n.write_unaligned(needed);
+    }
+    rdd_status::Ok
+}
+
+/// Writes the likely causes of a completion status (`RDD_WC_*`, e.g. from
+/// `rdd_wc.status` or `rdd_failed_wr.status`) into `buf`, with the same
+/// buffer contract as `rdd_status_str`. Unknown values get the text for a
+/// general error.
+///
+/// # Safety
+/// As `rdd_status_str`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_wc_status_causes(
+    wc_status: u32,
+    buf: *mut c_char,
+    len: usize,
+    out_n: *mut usize,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_n);
+        if buf.is_null() && len != 0 {
+            return rdd_status::NullParameter;
         }
-        // SAFETY: `buf` is valid for `len >= msg.len() + 1` bytes (caller
-        // contract) and cannot overlap the static message; `out_n` is
-        // non-NULL and valid for a write.
-        unsafe {
-            ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), msg.len());
-            buf.add(msg.len()).write(0);
-            out_n.write_unaligned(needed);
-        }
-        rdd_status::Ok
+        let msg = crate::wr::status_causes(crate::provider::mlx5::WcStatus(wc_status));
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { write_message(msg, buf, len, out_n) }
     })
 }
 

@@ -298,6 +298,10 @@ pub trait SqRetire {
     fn for_each_data_seg(&self, start: u32, f: impl FnMut(u64, u32) -> bool);
     /// Records that the QP entered the error state.
     fn set_error(&mut self);
+    /// Records the failure of the WQE at BB `start` (cold path).
+    fn record_failure(&mut self, start: u32, wc: &Wc) {
+        let _ = (start, wc);
+    }
 }
 
 impl SqRetire for SendQueue {
@@ -310,6 +314,9 @@ impl SqRetire for SendQueue {
     }
     fn set_error(&mut self) {
         self.set_state(QpState::Error);
+    }
+    fn record_failure(&mut self, start: u32, wc: &Wc) {
+        SendQueue::record_failure(self, start, wc)
     }
 }
 
@@ -906,10 +913,14 @@ impl CompletionQueue {
                         opcode::ATOMIC_FA => WcOpcode::FETCH_ADD,
                         _ => WcOpcode::SEND,
                     };
+                    // Decode the failed WQE now, before the ring slot can
+                    // be reused.
+                    q.sq.record_failure(r.start, &wc);
                 } else {
-                    let (id, _) = q.rq.complete(counter).ok_or(Error::CqeCorrupt)?;
+                    let (id, slot) = q.rq.complete(counter).ok_or(Error::CqeCorrupt)?;
                     wc.wr_id = id;
                     wc.opcode = WcOpcode::RECV;
+                    q.rq.record_failure(slot, &wc);
                 }
                 // The hardware has moved the QP to the error state; later
                 // WQEs will complete with flush errors.

@@ -28,6 +28,8 @@ pub struct RecvQueue {
     max_sge: u32,
     state: QpState,
     wrid: NonNull<u64>,
+    /// The first failed receive since the last reset (cold).
+    failure: Option<crate::wr::FailedWr>,
 }
 
 // SAFETY: exclusive ownership of ring, side table and RQ dbrec word.
@@ -76,6 +78,7 @@ impl RecvQueue {
             max_sge: caps.max_recv_sge,
             state: QpState::Rts,
             wrid,
+            failure: None,
         })
     }
 
@@ -113,6 +116,41 @@ impl RecvQueue {
         self.head = head;
         self.tail = head;
         self.rung = head;
+        self.failure = None;
+    }
+
+    /// The first receive that failed (not counting flushes) since the queue
+    /// was created or reset, with its scatter list's first entry and total
+    /// length decoded from the WQE still in the ring.
+    pub fn failure(&self) -> Option<crate::wr::FailedWr> {
+        self.failure
+    }
+
+    /// Records the failure of the receive in ring entry `slot`.
+    #[cold]
+    pub(crate) fn record_failure(&mut self, slot: u32, wc: &super::cq::Wc) {
+        if self.failure.is_some() || wc.status == super::cq::WcStatus::WR_FLUSH_ERR {
+            return;
+        }
+        let mut f = crate::wr::FailedWr {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            vendor_err: wc.vendor_err,
+            syndrome: wc.syndrome,
+            recv: true,
+            opcode: super::cq::WcOpcode::RECV,
+            ..Default::default()
+        };
+        let mut first = true;
+        self.for_each_sge(slot, |addr, len| {
+            if first {
+                f.local_addr = addr;
+                first = false;
+            }
+            f.length = f.length.wrapping_add(len);
+            true
+        });
+        self.failure = Some(f);
     }
 
     /// Writes one receive WQE; the doorbell record is updated by

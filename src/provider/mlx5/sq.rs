@@ -10,7 +10,7 @@
 use core::ptr::NonNull;
 
 use super::layout::{
-    ctrl_flags, opcode, Be32, CtrlSeg, DataSeg, Mlx5dvQp, INLINE_SEG, MAX_DS, SEND_WQE_BB,
+    ctrl_flags, opcode, Be32, CtrlSeg, DataSeg, Mlx5dvQp, RaddrSeg, INLINE_SEG, MAX_DS, SEND_WQE_BB,
 };
 use crate::error::{Error, PostError, Result};
 use crate::mmio;
@@ -342,6 +342,8 @@ pub struct SendQueue {
     last_start: u32,
     /// The last WQE written has an inline payload.
     last_inline: bool,
+    /// The first failed WR since the last reset (cold; set by the poller).
+    failure: Option<crate::wr::FailedWr>,
 }
 
 // SAFETY: the queue owns its ring, side table and doorbell words
@@ -512,6 +514,7 @@ impl SendQueue {
             batch: 0,
             last_start: 0,
             last_inline: false,
+            failure: None,
         })
     }
 
@@ -574,6 +577,90 @@ impl SendQueue {
         self.retired = pi;
         self.last_signaled_end = pi;
         self.batch = 0;
+        self.failure = None;
+    }
+
+    /// The first WR that failed (not counting flushes) since the queue was
+    /// created or reset, as it was posted.
+    pub fn failure(&self) -> Option<crate::wr::FailedWr> {
+        self.failure
+    }
+
+    /// Decodes the WQE at BB `start` (still in the ring) into the fields
+    /// of a [`crate::wr::FailedWr`] (reference §A.3–A.5). Everything read is
+    /// bounded by the ring mask, so a damaged WQE yields garbage values,
+    /// never an out-of-bounds read.
+    #[cold]
+    pub fn describe(&self, start: u32) -> crate::wr::FailedWr {
+        use super::cq::WcOpcode;
+        let o = start << 2;
+        // SAFETY: octoword o is inside the ring (masked in `octo`).
+        let ctrl = unsafe { self.octo(o).cast::<CtrlSeg>().read() };
+        let ds = ctrl.qpn_ds.get() & 0x3f;
+        let op = (ctrl.opmod_idx_opcode.get() & 0xff) as u8;
+        let mut w = crate::wr::FailedWr {
+            opcode: match op {
+                opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
+                opcode::RDMA_READ => WcOpcode::RDMA_READ,
+                opcode::ATOMIC_CS => WcOpcode::COMP_SWAP,
+                opcode::ATOMIC_FA => WcOpcode::FETCH_ADD,
+                _ => WcOpcode::SEND,
+            },
+            ..Default::default()
+        };
+        let mut seg = 1u32;
+        if matches!(
+            op,
+            opcode::RDMA_WRITE
+                | opcode::RDMA_WRITE_IMM
+                | opcode::RDMA_READ
+                | opcode::ATOMIC_CS
+                | opcode::ATOMIC_FA
+        ) {
+            // SAFETY: inside the ring (masked) and 16-aligned.
+            let r = unsafe { self.octo(o.wrapping_add(1)).cast::<RaddrSeg>().read() };
+            w.remote_addr = r.raddr.get();
+            w.rkey = r.rkey.get();
+            seg = 2;
+            if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
+                seg = 3;
+            }
+        }
+        let mut first = true;
+        while seg < ds {
+            // SAFETY: inside the ring (masked) and 16-aligned; a data
+            // segment and an inline header share their first word.
+            let d = unsafe { self.octo(o.wrapping_add(seg)).cast::<DataSeg>().read() };
+            let bc = d.byte_count.get();
+            if bc & INLINE_SEG != 0 {
+                w.inline = true;
+                w.length = bc & !INLINE_SEG;
+                break;
+            }
+            if first {
+                w.local_addr = d.addr.get();
+                w.lkey = d.lkey.get();
+                first = false;
+            }
+            w.length = w.length.wrapping_add(bc);
+            seg += 1;
+        }
+        w
+    }
+
+    /// Records the failure of the WQE at BB `start` (the first one only;
+    /// flushes are not failures).
+    #[cold]
+    pub(crate) fn record_failure(&mut self, start: u32, wc: &super::cq::Wc) {
+        if self.failure.is_some() || wc.status == super::cq::WcStatus::WR_FLUSH_ERR {
+            return;
+        }
+        let mut f = self.describe(start);
+        f.wr_id = wc.wr_id;
+        f.status = wc.status;
+        f.vendor_err = wc.vendor_err;
+        f.syndrome = wc.syndrome;
+        self.failure = Some(f);
     }
 
     /// Sets the BlueFlame offset (0 or `bf_size`); for resynchronising with
