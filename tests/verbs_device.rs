@@ -598,3 +598,54 @@ fn bad_work_requests_are_typed_errors_before_the_provider() {
         quiet(&mut p.cq_a, &mut p.a);
     }
 }
+
+#[test]
+fn waits_with_events_and_timeouts() {
+    use rdma_direct::api::WaitMode;
+    for (name, ip) in devices("waits_with_events_and_timeouts") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let dst = p.pd.register(64, ALL_REMOTE).unwrap();
+        let mut out = [Wc::default(); 4];
+        for mode in [WaitMode::BusyPoll, WaitMode::Event, WaitMode::Adaptive] {
+            // Idle: a typed timeout, on time.
+            let t0 = Instant::now();
+            let r = p
+                .cq_a
+                .wait(&mut p.a, &mut out, mode, Duration::from_millis(200));
+            assert_eq!(r, Err(Error::Timeout), "{name} {mode:?}");
+            assert!(
+                t0.elapsed() >= Duration::from_millis(200),
+                "{name} {mode:?}"
+            );
+            assert!(t0.elapsed() < Duration::from_secs(5), "{name} {mode:?}");
+            // A completion: returned, well before the timeout.
+            let sge = [src.sge(0, 8)];
+            p.a.post_send(&[SendWr::new(
+                9,
+                SendOp::Write {
+                    remote: dst.remote(0),
+                },
+                &sge,
+                SendFlags::SIGNALED,
+            )])
+            .unwrap();
+            let t0 = Instant::now();
+            let n = p
+                .cq_a
+                .wait(&mut p.a, &mut out, mode, Duration::from_secs(20))
+                .unwrap();
+            assert_eq!(
+                (n, out[0].wr_id, out[0].status),
+                (1, 9, WcStatus::SUCCESS),
+                "{name}"
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{name} {mode:?}: late wake-up"
+            );
+        }
+        // The event fd is the completion channel's, usable in epoll.
+        assert!(p.cq_a.event_fd().unwrap() >= 0);
+    }
+}
