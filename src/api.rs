@@ -44,7 +44,7 @@ use crate::provider::mlx5::{
     CompletionQueue, CqRoute, CqRouteTo, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, Retired,
     SendQueue, SharedSendQueue, SharedStorage, SqConfig, SqRetire, WrSlot,
 };
-use crate::sync::AtomicU32;
+use crate::sync::{AtomicU32, Ordering};
 use crate::util::AlignedBuf;
 use crate::wr::{QpCaps, RecvWr, Remote, SendWr, Sge};
 
@@ -73,6 +73,8 @@ pub trait PortableQp: Send {
     fn failure(&self) -> Option<crate::wr::FailedWr> {
         None
     }
+    /// Send and receive WRs posted and not yet completed.
+    fn outstanding(&self) -> u64;
     /// Called after a successful state change (so the data path can refuse
     /// posts the state forbids, and reset its counters on RESET).
     fn state_changed(&mut self, state: QpState);
@@ -325,6 +327,9 @@ pub struct Pd<B: Backend> {
 struct CqInner<B: Backend> {
     b: Arc<B>,
     cqn: u32,
+    /// QPs whose send or receive completions land here (a QP using the
+    /// CQ for both counts twice).
+    users: AtomicU32,
     _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -580,6 +585,7 @@ impl<B: Backend> Device<B> {
             inner: Arc::new(CqInner {
                 b: Arc::clone(&self.b),
                 cqn: raw.cqn,
+                users: AtomicU32::new(0),
                 _keep: raw.keep,
             }),
             cq,
@@ -623,6 +629,9 @@ impl<B: Backend> Pd<B> {
             },
             RawQpPath::Portable(p) => QpPath::Portable(p),
         };
+        // Relaxed: a count read only by `Qp::drain_and_reset`'s check.
+        send_cq.inner.users.fetch_add(1, Ordering::Relaxed);
+        recv_cq.inner.users.fetch_add(1, Ordering::Relaxed);
         Ok(Qp {
             pd: Arc::clone(&self.inner),
             _send_cq: Arc::clone(&send_cq.inner),
@@ -1067,6 +1076,118 @@ impl<B: Backend> Drop for Qp<B> {
         // Destroy first: the device stops touching the queues; the memory
         // and side tables are freed afterwards with the fields.
         let _ = self.pd.b.destroy_qp(self.qpn);
+        // Relaxed: see `Pd::create_qp`.
+        self._send_cq.users.fetch_sub(1, Ordering::Relaxed);
+        self._recv_cq.users.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What [`Qp::drain_and_reset`] and [`Qp::recover`] found and did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The WR that broke the QP, as posted (if a WR failed).
+    pub failure: Option<crate::wr::FailedWr>,
+    /// Completions handed to the callback while draining.
+    pub reported: usize,
+}
+
+impl<B: Backend> Qp<B> {
+    /// Work posted and not yet completed: send-queue basic blocks (mlx5) or
+    /// send WRs (portable), plus receives.
+    pub fn outstanding(&self) -> u64 {
+        match &self.path {
+            QpPath::Mlx5(q) => {
+                u64::from(q.sq.producer().wrapping_sub(q.sq.retired()))
+                    + u64::from(q.rq.head().wrapping_sub(q.rq.tail()))
+            }
+            QpPath::Portable(p) => p.outstanding(),
+        }
+    }
+
+    /// The first half of recovery: moves the QP to ERROR (if it is not
+    /// there already), polls `send_cq` (and `recv_cq`, if it is a different
+    /// CQ) until every outstanding WR has completed, handing each
+    /// completion to `on_wc` exactly once (flushed WRs included, unsignaled
+    /// ones too; only successful unsignaled WRs stay silent, as always),
+    /// then moves the QP through RESET, which resynchronises the queue
+    /// counters. Afterwards the QP is in RESET, ready for
+    /// [`Qp::connect`] or an rdma_cm reconnect.
+    ///
+    /// The CQs must serve only this QP (other QPs' completions would be
+    /// consumed): otherwise [`Error::ResourceBusy`]. Gives up with
+    /// [`Error::Timeout`] after `timeout`.
+    pub fn drain_and_reset(
+        &mut self,
+        send_cq: &mut Cq<B>,
+        mut recv_cq: Option<&mut Cq<B>>,
+        timeout: Duration,
+        mut on_wc: impl FnMut(&Wc),
+    ) -> Result<Recovery> {
+        let own_send = Arc::ptr_eq(&send_cq.inner, &self._send_cq);
+        let own_recv = match &recv_cq {
+            Some(c) => Arc::ptr_eq(&c.inner, &self._recv_cq),
+            None => Arc::ptr_eq(&self._recv_cq, &self._send_cq),
+        };
+        if !own_send || !own_recv {
+            return Err(Error::InvalidAttribute);
+        }
+        let users = |c: &Cq<B>| c.inner.users.load(Ordering::Relaxed);
+        // One QP: 2 uses of a shared send/recv CQ, or 1 of each.
+        let alone = match &recv_cq {
+            Some(r) => users(send_cq) == 1 && users(r) == 1,
+            None => users(send_cq) == 2,
+        };
+        if !alone {
+            return Err(Error::ResourceBusy);
+        }
+        if self.state() != QpState::Error {
+            self.modify(&QpModify::to(QpState::Error))?;
+        }
+        let failure = self.failure();
+        let deadline = Instant::now() + timeout;
+        let mut reported = 0usize;
+        let mut out = [Wc::default(); 32];
+        while self.outstanding() != 0 {
+            let mut n = send_cq.poll(self, &mut out)?;
+            for w in &out[..n] {
+                on_wc(w);
+            }
+            if let Some(r) = recv_cq.as_deref_mut() {
+                let m = r.poll(self, &mut out)?;
+                for w in &out[..m] {
+                    on_wc(w);
+                }
+                n += m;
+            }
+            reported += n;
+            if n == 0 {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout);
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.modify(&QpModify::to(QpState::Reset))?;
+        Ok(Recovery { failure, reported })
+    }
+
+    /// One-call recovery after an error completion or a fatal QP event:
+    /// [`Qp::drain_and_reset`], then INIT → RTR → RTS towards `peer` (the
+    /// peer recovers its own QP the same way and the two exchange fresh
+    /// [`Qp::info`]). iWARP QPs reconnect through rdma_cm instead: this
+    /// returns [`Error::Unsupported`] for them after the reset.
+    pub fn recover(
+        &mut self,
+        send_cq: &mut Cq<B>,
+        recv_cq: Option<&mut Cq<B>>,
+        peer: &QpInfo,
+        attr: &ConnectAttr,
+        timeout: Duration,
+        on_wc: impl FnMut(&Wc),
+    ) -> Result<Recovery> {
+        let r = self.drain_and_reset(send_cq, recv_cq, timeout, on_wc)?;
+        self.connect(peer, attr)?;
+        Ok(r)
     }
 }
 

@@ -45,11 +45,58 @@ const USER_SIGNALED: u32 = 1;
 /// completion, if one comes, is retired without being reported.
 const REFUSED: u32 = 2;
 
-/// One posted send: the user's wr_id and whether to report it.
+/// One posted WR: the user's wr_id, whether to report it, and what it was
+/// (for [`crate::wr::FailedWr`]): first local buffer, remote address,
+/// `length << 32 | lkey`, `rkey << 32 | opcode << 8 | inline`.
 #[derive(Default)]
 struct Slot {
     wr_id: AtomicU64,
     flags: AtomicU32,
+    detail: [AtomicU64; 4],
+}
+
+impl Slot {
+    /// Stores the WR's shape (Relaxed: published with the slot by the
+    /// Release store of the posted counter).
+    #[allow(clippy::too_many_arguments)]
+    fn describe(
+        &self,
+        laddr: u64,
+        raddr: u64,
+        len: u32,
+        lkey: u32,
+        rkey: u32,
+        op: u32,
+        inline: bool,
+    ) {
+        self.detail[0].store(laddr, Ordering::Relaxed);
+        self.detail[1].store(raddr, Ordering::Relaxed);
+        self.detail[2].store(u64::from(len) << 32 | u64::from(lkey), Ordering::Relaxed);
+        self.detail[3].store(
+            u64::from(rkey) << 32 | u64::from(op) << 8 | u64::from(inline),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The stored shape as a FailedWr (Relaxed: ordered by the poller's
+    /// Acquire of the posted counter).
+    fn failed(&self, user: u64, status: u32, vendor_err: u32, recv: bool) -> crate::wr::FailedWr {
+        let d: [u64; 4] = core::array::from_fn(|i| self.detail[i].load(Ordering::Relaxed));
+        crate::wr::FailedWr {
+            wr_id: user,
+            status: WcStatus(status),
+            vendor_err,
+            syndrome: 0,
+            recv,
+            opcode: WcOpcode(((d[3] >> 8) & 0xff) as u32),
+            local_addr: d[0],
+            length: (d[2] >> 32) as u32,
+            lkey: d[2] as u32,
+            remote_addr: d[1],
+            rkey: (d[3] >> 32) as u32,
+            inline: d[3] & 1 != 0,
+        }
+    }
 }
 
 /// The wr_id bookkeeping of one QP, shared by its poster ([`VerbsQp`])
@@ -74,6 +121,8 @@ pub struct QpTrack {
     rq_posted: AtomicU64,
     rq_done: AtomicU64,
     state: AtomicU32,
+    /// The first failed WR since creation or RESET (cold path).
+    failure: Mutex<Option<crate::wr::FailedWr>>,
 }
 
 impl QpTrack {
@@ -94,6 +143,7 @@ impl QpTrack {
             rq_posted: AtomicU64::new(0),
             rq_done: AtomicU64::new(0),
             state: AtomicU32::new(QpState::Reset as u32),
+            failure: Mutex::new(None),
         }
     }
 
@@ -145,7 +195,25 @@ impl QpTrack {
 
     /// Maps a completion back to the user's wr_id; `None` for a forced
     /// signal the user did not ask for (retired silently).
-    fn complete(&self, wr_id: u64, ok: bool) -> Result<Option<u64>> {
+    /// Records the first failure (not a flush).
+    #[cold]
+    fn record(&self, slot: &Slot, user: u64, status: u32, vendor_err: u32, recv: bool) {
+        if status == WcStatus::WR_FLUSH_ERR.0 {
+            return;
+        }
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(slot.failed(user, status, vendor_err, recv));
+        }
+    }
+
+    /// The first failed WR since creation or RESET.
+    pub fn failure(&self) -> Option<crate::wr::FailedWr> {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn complete(&self, wr_id: u64, status: u32, vendor_err: u32) -> Result<Option<u64>> {
+        let ok = status == 0;
         if wr_id & RECV_BIT != 0 {
             let seq = wr_id & !RECV_BIT;
             // Acquire: pairs with the poster's Release of rq_posted, so the
@@ -166,6 +234,9 @@ impl QpTrack {
             if flags & REFUSED != 0 {
                 return Ok(None);
             }
+            if !ok {
+                self.record(slot, user, status, vendor_err, true);
+            }
             return Ok(Some(user));
         }
         let seq = wr_id;
@@ -185,6 +256,9 @@ impl QpTrack {
         self.sq_done.store(seq + 1, Ordering::Release);
         if flags & REFUSED != 0 || (ok && flags & USER_SIGNALED == 0) {
             return Ok(None);
+        }
+        if !ok {
+            self.record(slot, user, status, vendor_err, false);
         }
         Ok(Some(user))
     }
@@ -345,6 +419,31 @@ fn fill_send(
     Ok(())
 }
 
+/// Stores a send WR's shape in its slot.
+fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
+    let (raddr, rkey) = wr.op.remote().map_or((0, 0), |r| (r.addr, r.rkey));
+    let op = match wr.op {
+        SendOp::Write { .. } | SendOp::WriteImm { .. } => WcOpcode::RDMA_WRITE,
+        SendOp::Read { .. } => WcOpcode::RDMA_READ,
+        SendOp::CompareSwap { .. } => WcOpcode::COMP_SWAP,
+        SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
+        _ => WcOpcode::SEND,
+    };
+    match wr.payload {
+        Payload::Sges(list) => {
+            let (la, lk) = list.first().map_or((0, 0), |s| (s.addr, s.lkey));
+            let len = list.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+            slot.describe(la, raddr, len, lk, rkey, op.0, false);
+        }
+        Payload::Inline(pieces) => {
+            let len = pieces
+                .iter()
+                .fold(0u32, |a, p| a.wrapping_add(p.len() as u32));
+            slot.describe(0, raddr, len, 0, rkey, op.0, true);
+        }
+    }
+}
+
 /// Number of provider SGE entries a WR needs.
 fn sge_count(wr: &SendWr<'_>) -> usize {
     match wr.payload {
@@ -428,6 +527,7 @@ impl PortableQp for VerbsQp {
                     break;
                 }
                 let slot = &t.sq[(seq & t.sq_mask) as usize];
+                describe_send(slot, wr);
                 // Relaxed: published by the Release store of sq_posted.
                 slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
                 slot.flags.store(
@@ -538,6 +638,9 @@ impl PortableQp for VerbsQp {
                 };
                 chain[n].num_sge = (used - first) as i32;
                 let slot = &t.rq[(seq & t.rq_mask) as usize];
+                let (la, lk) = wr.sges.first().map_or((0, 0), |s| (s.addr, s.lkey));
+                let len = wr.sges.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+                slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
                 // Relaxed: published by the Release store of rq_posted.
                 slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
                 slot.flags.store(0, Ordering::Relaxed);
@@ -586,6 +689,18 @@ impl PortableQp for VerbsQp {
         t.sq_cap.saturating_sub(used) as u32
     }
 
+    fn failure(&self) -> Option<crate::wr::FailedWr> {
+        self.track.failure()
+    }
+
+    fn outstanding(&self) -> u64 {
+        let t = &*self.track;
+        // Acquire: pairs with the poller's Release stores of *_done.
+        let s = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
+        let r = t.rq_posted.load(Ordering::Relaxed) - t.rq_done.load(Ordering::Acquire);
+        s + r
+    }
+
     fn state(&self) -> QpState {
         match self.track.state() {
             0 => QpState::Reset,
@@ -607,6 +722,7 @@ impl PortableQp for VerbsQp {
             let r = self.track.rq_posted.load(Ordering::Relaxed);
             self.track.rq_done.store(r, Ordering::Release);
             self.unsignaled = 0;
+            *self.track.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 }
@@ -719,7 +835,7 @@ impl PortableCq for VerbsCq {
                 let Some(track) = self.track(qp_num) else {
                     return Err(Error::CqeCorrupt);
                 };
-                let Some(user) = track.complete(wr_id, status == 0)? else {
+                let Some(user) = track.complete(wr_id, status, w.vendor_err)? else {
                     continue;
                 };
                 let recv = wr_id & RECV_BIT != 0;
