@@ -1,5 +1,6 @@
 //! Several threads increment one remote counter with RDMA FETCH_AND_ADD
-//! on the software HCA, and the result is checked.
+//! on the software HCA (or, with `--device`, a kernel RDMA device), and the
+//! result is checked.
 //!
 //! One 8-byte counter lives in a memory region registered with
 //! `REMOTE_ATOMIC | LOCAL_WRITE`. Each of `--threads` application threads
@@ -19,6 +20,11 @@
 //! Run: `cargo run --release --example atomic_counter [-- --threads N
 //! --ops TOTAL --batch N]` (defaults: 4 threads, 100000 increments in
 //! total, batches of 16).
+//!
+//! With `--device NAME` (builds with `--features verbs`) the same runs on a
+//! kernel device (rxe0: QPs connected directly). A device without RDMA
+//! atomics (siw0: iWARP has none) is refused up front: the program says so
+//! and exits with status 2, without running anything.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Barrier};
@@ -29,7 +35,11 @@ use rdma_direct::api::{Access, ConnectAttr, Cq, Device, Mr, Qp, QpInit, Wc, WcOp
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 
-type Dev = SoftDevice;
+mod common;
+use common::{err, DevOpts, ExampleBackend, DEV_USAGE};
+
+/// Exit status when the device has no RDMA atomics.
+const NO_ATOMICS: u8 = 2;
 
 /// Largest `--batch`.
 const MAX_BATCH: usize = 64;
@@ -40,10 +50,11 @@ struct Args {
     threads: usize,
     ops: u64,
     batch: usize,
+    dev: DevOpts,
 }
 
 fn usage() -> String {
-    "usage: atomic_counter [--threads N] [--ops TOTAL] [--batch 1..=64]".to_string()
+    format!("usage: atomic_counter [--threads N] [--ops TOTAL] [--batch 1..=64] {DEV_USAGE}")
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -51,9 +62,13 @@ fn parse_args() -> Result<Args, String> {
         threads: 4,
         ops: 100_000,
         batch: 16,
+        dev: DevOpts::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if a.dev.take(&flag, &mut it)? {
+            continue;
+        }
         let mut value = |name: &str| -> Result<u64, String> {
             let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
             v.parse::<u64>()
@@ -87,10 +102,10 @@ struct Report {
 
 /// Runs `ops` FETCH_AND_ADD(+1) on the counter at `target` through `qp`,
 /// `batch` WRs per doorbell; returns every old value.
-fn worker(
-    mut qp: Qp<Dev>,
-    mut cq: Cq<Dev>,
-    results: Mr<Dev>,
+fn worker<B: ExampleBackend>(
+    mut qp: Qp<B>,
+    mut cq: Cq<B>,
+    results: Mr<B>,
     target: Remote,
     ops: u64,
     batch: usize,
@@ -174,9 +189,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+    match dispatch(&args) {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Wrong) => ExitCode::FAILURE,
+        Ok(Outcome::NoAtomics(why)) => {
+            eprintln!("atomic_counter: NOT RUN: {why}; nothing to measure on this device");
+            ExitCode::from(NO_ATOMICS)
+        }
         Err(e) => {
             eprintln!("atomic_counter: FAILED: {e}");
             ExitCode::FAILURE
@@ -184,9 +203,30 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<bool, String> {
-    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
-    let e = |what: &'static str| move |err: rdma_direct::Error| format!("{what}: {err}");
+/// How a run ended (errors aside).
+enum Outcome {
+    /// The counter and the old values are right.
+    Ok,
+    /// They are not.
+    Wrong,
+    /// The device has no RDMA atomics (why).
+    NoAtomics(String),
+}
+
+/// Picks the device.
+fn dispatch(args: &Args) -> Result<Outcome, String> {
+    #[cfg(feature = "verbs")]
+    if let Some(dev) = common::open_verbs(&args.dev)? {
+        return run(dev, args);
+    }
+    run(Device::new(SoftDevice::new(SoftConfig::default())), args)
+}
+
+fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String> {
+    if let Some(why) = B::no_atomics(&dev) {
+        return Ok(Outcome::NoAtomics(why));
+    }
+    let e = |what: &'static str| err::<B>(what);
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
     let counter = pd
         .register(8, Access::REMOTE_ATOMIC | Access::LOCAL_WRITE)
@@ -202,8 +242,9 @@ fn run(args: &Args) -> Result<bool, String> {
     let peer_cq = dev.create_cq(16).map_err(e("create_cq"))?;
     let start = Arc::new(Barrier::new(args.threads + 1));
     let mut peers = Vec::new();
+    let mut links = Vec::new();
     let mut handles = Vec::new();
-    dev.backend().start();
+    B::start(&dev);
     for t in 0..args.threads {
         let cq = dev
             .create_cq(2 * MAX_BATCH as u32)
@@ -212,17 +253,17 @@ fn run(args: &Args) -> Result<bool, String> {
         let mut peer = pd
             .create_qp(&peer_cq, &peer_cq, &init)
             .map_err(e("create_qp"))?;
-        let (iq, ip) = (qp.info(), peer.info());
-        qp.connect(&ip, &ConnectAttr::default())
-            .map_err(e("connect"))?;
-        peer.connect(
-            &iq,
+        links.push(B::connect_pair(
+            &dev,
+            &mut qp,
+            &mut peer,
+            &ConnectAttr::default(),
             &ConnectAttr {
                 access: Access::REMOTE_ATOMIC,
                 ..Default::default()
             },
-        )
-        .map_err(e("connect"))?;
+            &args.dev,
+        )?);
         peers.push(peer);
         let results = pd
             .register(8 * args.batch, Access::LOCAL_WRITE)
@@ -251,7 +292,7 @@ fn run(args: &Args) -> Result<bool, String> {
         }
     }
     let wall = t0.elapsed();
-    dev.backend().stop();
+    B::stop(&dev);
     if let Some(e) = failure {
         return Err(e);
     }
@@ -270,8 +311,12 @@ fn run(args: &Args) -> Result<bool, String> {
 
     let line = "-".repeat(96);
     println!("{line}");
-    println!("                    RDMA FETCH_AND_ADD on one shared counter (software HCA)");
-    println!(" Device         : soft (in-process software HCA, device thread)");
+    if dev.backend().name() == "soft" {
+        println!("                    RDMA FETCH_AND_ADD on one shared counter (software HCA)");
+    } else {
+        println!("                    RDMA FETCH_AND_ADD on one shared counter (kernel device)");
+    }
+    println!(" Device         : {}", B::label(&dev));
     println!(
         " QPs            : {} requester QPs (one per thread) -> {} peer QPs, one counter MR",
         args.threads, args.threads
@@ -313,5 +358,6 @@ fn run(args: &Args) -> Result<bool, String> {
         );
     }
     drop(peers);
-    Ok(ok)
+    drop(links);
+    Ok(if ok { Outcome::Ok } else { Outcome::Wrong })
 }

@@ -1,8 +1,12 @@
-//! RDMA WRITE message rate and bandwidth on the software HCA, in the
-//! style of perftest's `ib_write_bw`.
+//! RDMA WRITE message rate and bandwidth, in the style of perftest's
+//! `ib_write_bw`, on the software HCA or (with `--device`) a kernel RDMA
+//! device.
 //!
-//! One RC QP writes into a peer QP's memory region on the same
-//! [`SoftDevice`], which runs its device thread. For each message size the
+//! One RC QP writes into a peer QP's memory region on the same device: the
+//! in-process [`SoftDevice`], which runs its device thread, or with
+//! `--device NAME` (builds with `--features verbs`) a kernel device such as
+//! rxe0 or siw0 (QPs connected directly on RoCE/InfiniBand, through
+//! rdma_cm on iWARP). For each message size the
 //! application keeps the send queue busy with batches of `--batch` WRs
 //! posted with one doorbell each (`post_send` of the whole batch), and
 //! only the last WR of a batch is signaled: one completion retires the
@@ -15,7 +19,8 @@
 //!
 //! Run: `cargo run --release --example write_bw [-- --iters N --batch N
 //! --size N]` (defaults: 100000 messages per size after a warm-up of
-//! 10000, batches of 16, sizes 8 B to 64 KiB).
+//! 10000, batches of 16, sizes 8 B to 64 KiB); add `--device NAME` (and
+//! `--features verbs` to the cargo command) for a kernel device.
 
 use std::hint::spin_loop;
 use std::process::ExitCode;
@@ -26,7 +31,8 @@ use rdma_direct::api::{Access, ConnectAttr, Cq, Device, Mr, Qp, QpInit, Wc, WcOp
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 
-type Dev = SoftDevice;
+mod common;
+use common::{err, DevOpts, ExampleBackend, DEV_USAGE};
 
 /// Message sizes measured by default.
 const SIZES: [usize; 9] = [8, 32, 128, 512, 2048, 4096, 8192, 32768, 65536];
@@ -42,10 +48,11 @@ struct Args {
     warmup: usize,
     batch: usize,
     sizes: Vec<usize>,
+    dev: DevOpts,
 }
 
 fn usage() -> String {
-    "usage: write_bw [--iters N] [--warmup N] [--batch 1..=64] [--size BYTES]".to_string()
+    format!("usage: write_bw [--iters N] [--warmup N] [--batch 1..=64] [--size BYTES] {DEV_USAGE}")
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -54,9 +61,13 @@ fn parse_args() -> Result<Args, String> {
         warmup: 10_000,
         batch: 16,
         sizes: SIZES.to_vec(),
+        dev: DevOpts::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if a.dev.take(&flag, &mut it)? {
+            continue;
+        }
         let mut value = |name: &str| -> Result<usize, String> {
             let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
             v.parse::<usize>()
@@ -84,10 +95,10 @@ fn parse_args() -> Result<Args, String> {
 }
 
 /// The writer: its QP, CQ and source buffer, and the target's address.
-struct Writer {
-    qp: Qp<Dev>,
-    cq: Cq<Dev>,
-    src: Mr<Dev>,
+struct Writer<B: ExampleBackend> {
+    qp: Qp<B>,
+    cq: Cq<B>,
+    src: Mr<B>,
     remote: Remote,
     batch: usize,
 }
@@ -100,7 +111,7 @@ struct Run {
     doorbells: u64,
 }
 
-impl Writer {
+impl<B: ExampleBackend> Writer<B> {
     /// Writes `count` messages of `size` bytes; returns once every one has
     /// completed.
     fn run(&mut self, size: usize, count: u64) -> Result<Run, String> {
@@ -180,7 +191,7 @@ impl Writer {
     }
 }
 
-fn fill_source(src: &mut Mr<Dev>, size: usize, seed: usize) {
+fn fill_source<B: ExampleBackend>(src: &mut Mr<B>, size: usize, seed: usize) {
     for (j, b) in src.as_mut_slice()[..size].iter_mut().enumerate() {
         *b = (j as u8).wrapping_mul(13).wrapping_add(seed as u8 + 1) ^ (j >> 8) as u8;
     }
@@ -194,7 +205,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(&args) {
+    match dispatch(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("write_bw: FAILED: {e}");
@@ -203,10 +214,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
-    let max = *args.sizes.iter().max().expect("at least one size");
-    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
-    let e = |what: &'static str| move |err: rdma_direct::Error| format!("{what}: {err}");
+/// Picks the device.
+fn dispatch(args: &Args) -> Result<(), String> {
+    #[cfg(feature = "verbs")]
+    if let Some(dev) = common::open_verbs(&args.dev)? {
+        return run(dev, args);
+    }
+    run(Device::new(SoftDevice::new(SoftConfig::default())), args)
+}
+
+fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
+    let max = *args.sizes.iter().max().ok_or("no message size")?;
+    let e = |what: &'static str| err::<B>(what);
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
     let cq = dev.create_cq(SQ_DEPTH).map_err(e("create_cq"))?;
     let peer_cq = dev.create_cq(16).map_err(e("create_cq"))?;
@@ -221,17 +240,17 @@ fn run(args: &Args) -> Result<(), String> {
     let mut peer = pd
         .create_qp(&peer_cq, &peer_cq, &init)
         .map_err(e("create_qp"))?;
-    let (iq, ip) = (qp.info(), peer.info());
-    qp.connect(&ip, &ConnectAttr::default())
-        .map_err(e("connect"))?;
-    peer.connect(
-        &iq,
+    let link = B::connect_pair(
+        &dev,
+        &mut qp,
+        &mut peer,
+        &ConnectAttr::default(),
         &ConnectAttr {
             access: Access::REMOTE_WRITE,
             ..Default::default()
         },
-    )
-    .map_err(e("connect"))?;
+        &args.dev,
+    )?;
     let src = pd.register(max, Access::NONE).map_err(e("register"))?;
     let mut dst = pd
         .register(max, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
@@ -245,11 +264,15 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let sq_wrs = w.qp.send_space();
 
-    dev.backend().start();
+    B::start(&dev);
     let line = "-".repeat(88);
     println!("{line}");
-    println!("                    RDMA_Write BW Test (software HCA, loopback)");
-    println!(" Device           : soft (in-process software HCA, device thread)");
+    if dev.backend().name() == "soft" {
+        println!("                    RDMA_Write BW Test (software HCA, loopback)");
+    } else {
+        println!("                    RDMA_Write BW Test (kernel device, loopback)");
+    }
+    println!(" Device           : {}", B::label(&dev));
     println!(" Transport        : RC, 1 QP, 1 SGE per WR, no inline");
     println!(" TX depth         : {sq_wrs} WRs");
     println!(
@@ -302,8 +325,10 @@ fn run(args: &Args) -> Result<(), String> {
     }
     println!("{line}");
     println!(" MB = 10^6 bytes. Wall-clock figures: noisy on a shared machine.");
-    dev.backend().stop();
+    B::stop(&dev);
+    drop(w);
     drop(peer);
+    drop(link);
     result
 }
 
