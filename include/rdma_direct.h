@@ -464,6 +464,10 @@ enum rdd_status
      */
     RDD_STATUS_PROTOCOL_ERROR = 1410,
     /**
+     * The CQ cannot hold the worst case of its QPs' completions.
+     */
+    RDD_STATUS_CQ_TOO_SMALL = 1411,
+    /**
      * A required pointer parameter was NULL; nothing happened.
      */
     RDD_STATUS_NULL_PARAMETER = 2001,

@@ -12,8 +12,8 @@
 //!
 //! let dev = Device::new(SoftDevice::new(Default::default()));
 //! let pd = dev.alloc_pd()?;
-//! let cq = dev.create_cq(64)?;
-//! let mut cq2 = dev.create_cq(64)?;
+//! let cq = dev.create_cq(256)?;
+//! let mut cq2 = dev.create_cq(256)?;
 //! let mut a = pd.create_qp(&cq, &cq, &QpInit::default())?;
 //! let mut b = pd.create_qp(&cq2, &cq2, &QpInit::default())?;
 //! let (ia, ib) = (a.info(), b.info());
@@ -75,6 +75,8 @@ pub trait PortableQp: Send {
     }
     /// Send and receive WRs posted and not yet completed.
     fn outstanding(&self) -> u64;
+    /// How many send and receive WRs the queues can hold at once.
+    fn capacity(&self) -> (u32, u32);
     /// Called after a successful state change (so the data path can refuse
     /// posts the state forbids, and reset its counters on RESET).
     fn state_changed(&mut self, state: QpState);
@@ -204,6 +206,13 @@ pub trait Backend: Send + Sync + 'static {
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;
     /// Destroys a QP.
     fn destroy_qp(&self, qpn: u32) -> Result<()>;
+    /// The worst case of completions a QP created with `init` can put on
+    /// its send and receive CQs (what its queues will hold), for sizing
+    /// CQs before creating QPs; the guard in [`Pd::create_qp`] checks the
+    /// exact figure. The default is the WR counts asked for.
+    fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        (init.max_send_wr, init.max_recv_wr)
+    }
     /// The fd that becomes readable when an armed CQ gets a completion.
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         let _ = cqn;
@@ -274,6 +283,9 @@ impl Backend for crate::soft::SoftDevice {
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
         crate::soft::SoftDevice::destroy_qp(self, qpn)
     }
+    fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        crate::soft::queue_sizes(init)
+    }
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         crate::soft::SoftDevice::cq_event_fd(self, cqn)
     }
@@ -330,6 +342,12 @@ struct CqInner<B: Backend> {
     /// QPs whose send or receive completions land here (a QP using the
     /// CQ for both counts twice).
     users: AtomicU32,
+    /// Entries the CQ holds.
+    capacity: u32,
+    /// Worst-case completions the attached QPs can have outstanding.
+    committed: std::sync::Mutex<u64>,
+    /// The owner moderates completions itself: no sizing guard.
+    unguarded: core::sync::atomic::AtomicBool,
     _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -501,6 +519,7 @@ impl Default for ConnectAttr {
 /// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
 /// add lock-free sharing).
 pub struct Qp<B: Backend> {
+    demand: CqDemand,
     pd: Arc<PdInner<B>>,
     _send_cq: Arc<CqInner<B>>,
     _recv_cq: Arc<CqInner<B>>,
@@ -548,6 +567,21 @@ impl<B: Backend> Device<B> {
         &self.b
     }
 
+    /// The CQ depth that QPs created with `inits` need if their send and
+    /// receive completions all go to one CQ (the sizing guard's worst
+    /// case: every WR their queues can hold). Pass it to
+    /// [`Device::create_cq`].
+    pub fn cq_depth_for(&self, inits: &[&QpInit]) -> u32 {
+        inits
+            .iter()
+            .map(|i| {
+                let (s, r) = self.b.cq_demand(i);
+                s.saturating_add(r)
+            })
+            .fold(0u32, u32::saturating_add)
+            .max(1)
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd<B>> {
         let pd = self.b.alloc_pd()?;
@@ -586,6 +620,12 @@ impl<B: Backend> Device<B> {
                 b: Arc::clone(&self.b),
                 cqn: raw.cqn,
                 users: AtomicU32::new(0),
+                capacity: match &cq {
+                    CqPath::Mlx5(c) => c.cqe_cnt(),
+                    CqPath::Portable(p) => p.depth(),
+                },
+                committed: std::sync::Mutex::new(0),
+                unguarded: core::sync::atomic::AtomicBool::new(false),
                 _keep: raw.keep,
             }),
             cq,
@@ -629,10 +669,27 @@ impl<B: Backend> Pd<B> {
             },
             RawQpPath::Portable(p) => QpPath::Portable(p),
         };
+        // The CQ sizing guard: every WR the queues can hold may complete
+        // at once (a flush completes all of them, signaled or not), so
+        // each CQ must hold the sum over its QPs.
+        let (send_need, recv_need) = match &path {
+            QpPath::Mlx5(q) => (q.dv.sq_wqe_cnt, q.dv.rq_wqe_cnt),
+            QpPath::Portable(p) => p.capacity(),
+        };
+        let demand = CqDemand {
+            send: u64::from(send_need),
+            recv: u64::from(recv_need),
+        };
+        if let Err(e) = demand.commit(&send_cq.inner, &recv_cq.inner) {
+            drop(path);
+            let _ = b.destroy_qp(raw.qpn);
+            return Err(e);
+        }
         // Relaxed: a count read only by `Qp::drain_and_reset`'s check.
         send_cq.inner.users.fetch_add(1, Ordering::Relaxed);
         recv_cq.inner.users.fetch_add(1, Ordering::Relaxed);
         Ok(Qp {
+            demand,
             pd: Arc::clone(&self.inner),
             _send_cq: Arc::clone(&send_cq.inner),
             _recv_cq: Arc::clone(&recv_cq.inner),
@@ -803,6 +860,34 @@ impl<B: Backend> Cq<B> {
             }
         }
         Ok(n)
+    }
+
+    /// Worst-case completions the QPs attached to this CQ can have
+    /// outstanding (every WR their queues can hold).
+    pub fn committed(&self) -> u64 {
+        *self
+            .inner
+            .committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How deep this CQ would have to be for its QPs plus `extra` more
+    /// worst-case completions (e.g. a QP that [`Pd::create_qp`] refused
+    /// with [`Error::CqTooSmall`]: pass the send plus receive capacity it
+    /// asked for, rounded up as the device rounds queue sizes).
+    pub fn depth_needed(&self, extra: u64) -> u64 {
+        self.committed() + extra
+    }
+
+    /// Opts this CQ out of the sizing guard: [`Pd::create_qp`] no longer
+    /// refuses QPs that could overrun it. For owners that moderate
+    /// completions themselves (signal rarely, never flush more than the
+    /// CQ holds). An overrun then loses completions: the software device
+    /// reports `CqOverrun`, hardware moves the CQ to an error state.
+    pub fn set_unguarded(&self, unguarded: bool) {
+        // Relaxed: a setting read on the control path.
+        self.inner.unguarded.store(unguarded, Ordering::Relaxed);
     }
 
     /// Sets the adaptive waiter's spin range.
@@ -1079,7 +1164,64 @@ impl<B: Backend> Drop for Qp<B> {
         // Relaxed: see `Pd::create_qp`.
         self._send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self._recv_cq.users.fetch_sub(1, Ordering::Relaxed);
+        self.demand.release(&self._send_cq, &self._recv_cq);
     }
+}
+
+/// What one QP may put on its CQs at worst.
+#[derive(Clone, Copy, Debug)]
+struct CqDemand {
+    send: u64,
+    recv: u64,
+}
+
+impl CqDemand {
+    /// Adds this demand to the CQs, or fails with [`Error::CqTooSmall`]
+    /// (and changes nothing) if a guarded CQ would be overcommitted.
+    fn commit<B: Backend>(&self, scq: &CqInner<B>, rcq: &CqInner<B>) -> Result<()> {
+        let same = core::ptr::eq(scq, rcq);
+        let check = |c: &CqInner<B>, add: u64, total: u64| -> bool {
+            // Relaxed: a setting read on the control path.
+            c.unguarded.load(Ordering::Relaxed) || total + add <= u64::from(c.capacity)
+        };
+        if same {
+            let mut g = lock(scq);
+            if !check(scq, self.send + self.recv, *g) {
+                return Err(Error::CqTooSmall);
+            }
+            *g += self.send + self.recv;
+            return Ok(());
+        }
+        // Lock in address order, so two QPs attaching to the same pair of
+        // CQs in opposite roles cannot deadlock.
+        let (mut gs, mut gr) = if (scq as *const CqInner<B>) < (rcq as *const CqInner<B>) {
+            let gs = lock(scq);
+            (gs, lock(rcq))
+        } else {
+            let gr = lock(rcq);
+            (lock(scq), gr)
+        };
+        if !check(scq, self.send, *gs) || !check(rcq, self.recv, *gr) {
+            return Err(Error::CqTooSmall);
+        }
+        *gs += self.send;
+        *gr += self.recv;
+        Ok(())
+    }
+
+    fn release<B: Backend>(&self, scq: &CqInner<B>, rcq: &CqInner<B>) {
+        let mut g = lock(scq);
+        *g = g.saturating_sub(self.send);
+        drop(g);
+        let mut g = lock(rcq);
+        *g = g.saturating_sub(self.recv);
+    }
+}
+
+/// Locks a CQ's committed-demand counter (a panic while holding it cannot
+/// leave the number torn).
+fn lock<B: Backend>(c: &CqInner<B>) -> std::sync::MutexGuard<'_, u64> {
+    c.committed.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What [`Qp::drain_and_reset`] and [`Qp::recover`] found and did.

@@ -90,6 +90,11 @@ pub enum Error {
     ProviderError = 1409,
     /// The peer sent malformed connection data.
     ProtocolError = 1410,
+    /// The CQ cannot hold the worst case of completions its QPs could have
+    /// outstanding (every WR their queues can hold, flushed at once): a
+    /// deeper CQ is needed (`Cq::depth_needed`), or an explicit opt-out
+    /// (`Cq::set_unguarded`).
+    CqTooSmall = 1411,
 
     // ---- 1300..1399: completions (device-written memory is untrusted) ----
     /// A compressed CQE (format 3). Compression is never requested by this
@@ -138,6 +143,7 @@ impl Error {
             1408 => Error::ConnectFailed,
             1409 => Error::ProviderError,
             1410 => Error::ProtocolError,
+            1411 => Error::CqTooSmall,
             1301 => Error::CqeCompressed,
             1302 => Error::CqeCorrupt,
             _ => return None,
@@ -173,6 +179,9 @@ impl Error {
             Error::ConnectFailed => "connection setup failed (transient: retry may succeed)",
             Error::ProviderError => "the RDMA provider reported an error",
             Error::ProtocolError => "malformed connection data from the peer",
+            Error::CqTooSmall => {
+                "CQ too small for the worst case of outstanding completions of its QPs"
+            }
             Error::CqeCompressed => "compressed CQE: compression is not supported",
             Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
         }
@@ -247,6 +256,7 @@ mod tests {
             Error::ConnectFailed,
             Error::ProviderError,
             Error::ProtocolError,
+            Error::CqTooSmall,
             Error::CqeCompressed,
             Error::CqeCorrupt,
         ];

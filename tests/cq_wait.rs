@@ -32,8 +32,8 @@ struct Setup {
 fn setup() -> Setup {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(64).unwrap();
-    let peer_cq = dev.create_cq(64).unwrap();
+    let cq = dev.create_cq(256).unwrap();
+    let peer_cq = dev.create_cq(256).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     let mut peer = pd
         .create_qp(&peer_cq, &peer_cq, &QpInit::default())

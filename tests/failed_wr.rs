@@ -14,8 +14,8 @@ use rdma_direct::{RecvWr, Remote, SendFlags, SendOp, SendWr};
 fn a_bad_rkey_write_is_reported_as_posted() {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(64).unwrap();
-    let mut cq2 = dev.create_cq(64).unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
+    let mut cq2 = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     let mut b = pd.create_qp(&cq2, &cq2, &QpInit::default()).unwrap();
     let attr = ConnectAttr {
@@ -88,8 +88,8 @@ fn a_bad_rkey_write_is_reported_as_posted() {
 fn a_short_receive_buffer_is_reported_as_posted() {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(64).unwrap();
-    let mut cq2 = dev.create_cq(64).unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
+    let mut cq2 = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     let mut b = pd.create_qp(&cq2, &cq2, &QpInit::default()).unwrap();
     let (ia, ib) = (a.info(), b.info());

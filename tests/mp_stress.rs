@@ -253,7 +253,7 @@ fn four_producers_millions_of_wrs_each_once() {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(1024).unwrap();
-    let peer_cq = dev.create_cq(16).unwrap();
+    let peer_cq = dev.create_cq(1024).unwrap();
     let init = QpInit {
         max_send_wr: 1024,
         max_recv_wr: 16,

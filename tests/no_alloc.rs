@@ -138,8 +138,8 @@ fn api_post_step_poll_allocate_nothing() {
     use rdma_direct::soft::{SoftConfig, SoftDevice};
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
-    let mut cqa = dev.create_cq(64).unwrap();
-    let mut cqb = dev.create_cq(64).unwrap();
+    let mut cqa = dev.create_cq(256).unwrap();
+    let mut cqb = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cqa, &cqa, &QpInit::default()).unwrap();
     let mut b = pd.create_qp(&cqb, &cqb, &QpInit::default()).unwrap();
     let acc = ConnectAttr {

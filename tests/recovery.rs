@@ -170,7 +170,7 @@ fn error_recover_continue_every_wr_accounted() {
 fn recovery_refuses_a_shared_cq_and_times_out_instead_of_hanging() {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(64).unwrap();
+    let mut cq = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     let b = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     assert_eq!(

@@ -22,7 +22,7 @@ fn four_producers_one_poller() {
     dev.backend().start();
     let pd = dev.alloc_pd().unwrap();
     let mut cq = dev.create_cq(1024).unwrap();
-    let peer_cq = dev.create_cq(16).unwrap();
+    let peer_cq = dev.create_cq(256).unwrap();
     let init = QpInit {
         max_send_wr: 256,
         ..QpInit::default()

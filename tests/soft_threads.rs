@@ -144,8 +144,8 @@ fn atomics_from_many_threads_are_atomic() {
     let barrier = Arc::new(Barrier::new(THREADS));
     let mut handles = Vec::new();
     for _ in 0..THREADS {
-        let cq = dev.create_cq(128).unwrap();
-        let peer_cq = dev.create_cq(16).unwrap();
+        let cq = dev.create_cq(256).unwrap();
+        let peer_cq = dev.create_cq(256).unwrap();
         let mut q = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
         let mut peer = pd
             .create_qp(&peer_cq, &peer_cq, &QpInit::default())

@@ -73,7 +73,7 @@ fn many_submitters_one_poll_mode_thread_batches_writes() {
     dev.backend().start();
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(256).unwrap();
-    let cqb = dev.create_cq(16).unwrap();
+    let cqb = dev.create_cq(256).unwrap();
     let init = QpInit {
         max_send_wr: 128,
         ..QpInit::default()

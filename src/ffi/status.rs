@@ -85,6 +85,8 @@ pub enum rdd_status {
     ProviderError = 1409,
     /// Malformed connection data from the peer.
     ProtocolError = 1410,
+    /// The CQ cannot hold the worst case of its QPs' completions.
+    CqTooSmall = 1411,
 
     // ---- 2000..2099: C boundary only ----
     /// A required pointer parameter was NULL; nothing happened.
@@ -242,6 +244,7 @@ impl rdd_status {
             Error::ConnectFailed => rdd_status::ConnectFailed,
             Error::ProviderError => rdd_status::ProviderError,
             Error::ProtocolError => rdd_status::ProtocolError,
+            Error::CqTooSmall => rdd_status::CqTooSmall,
         }
     }
 

@@ -399,6 +399,29 @@ unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)]) {
     }
 }
 
+/// Largest send WQE for `init`: atomics (64 B), ctrl + raddr + SGEs, or
+/// ctrl + raddr + inline header + payload, rounded up to a BB.
+fn max_wqe_bytes(init: &QpInit) -> u32 {
+    [
+        64,
+        32 + 16 * init.max_send_sge,
+        32 + (4 + init.max_inline_data).div_ceil(16) * 16,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(64)
+    .next_multiple_of(64)
+}
+
+/// SQ basic blocks and RQ entries the device gives a QP created with
+/// `init` (as rdma-core sizes mlx5 queues, reference §A.2, §A.6).
+pub fn queue_sizes(init: &QpInit) -> (u32, u32) {
+    (
+        pow2(init.max_send_wr.saturating_mul(max_wqe_bytes(init)) / 64),
+        pow2(init.max_recv_wr),
+    )
+}
+
 impl Engine {
     fn qp_index(&self, qpn: u32) -> Option<usize> {
         let i = qpn.checked_sub(QPN_BASE)? as usize;
@@ -1229,18 +1252,8 @@ impl SoftDevice {
         {
             return Err(Error::InvalidAttribute);
         }
-        // Largest WQE: atomics (64 B), ctrl + raddr + SGEs, or ctrl + raddr +
-        // inline header + payload, rounded up to a BB.
-        let wqe = [
-            64,
-            32 + 16 * init.max_send_sge,
-            32 + (4 + init.max_inline_data).div_ceil(16) * 16,
-        ]
-        .into_iter()
-        .max()
-        .expect("non-empty")
-        .next_multiple_of(64);
-        let sq_cnt = pow2(init.max_send_wr * wqe / 64);
+        let wqe = max_wqe_bytes(init);
+        let (sq_cnt, rq_cnt_sized) = queue_sizes(init);
         if sq_cnt > MAX_QUEUE {
             return Err(Error::InvalidAttribute);
         }
@@ -1250,7 +1263,7 @@ impl SoftDevice {
             max_recv_sge: init.max_recv_sge.max(1),
         };
         let rq_stride = pow2(16 * caps.max_recv_sge).max(16);
-        let rq_cnt = pow2(init.max_recv_wr);
+        let rq_cnt = rq_cnt_sized;
         let caps = QpCaps {
             max_recv_sge: rq_stride / 16,
             ..caps

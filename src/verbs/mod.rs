@@ -786,6 +786,17 @@ impl Backend for VerbsDevice {
         Ok(())
     }
 
+    fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        if self.caps.direct_mlx5 {
+            // libmlx5 sizes its queues the way the software device does
+            // (largest WQE per WR, rounded to a power of two); the guard
+            // checks the exact figure at creation.
+            crate::soft::queue_sizes(init)
+        } else {
+            (init.max_send_wr, init.max_recv_wr.max(1))
+        }
+    }
+
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         self.cq_channel_fd(cqn)
     }
