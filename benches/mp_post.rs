@@ -272,10 +272,6 @@ fn rig(depth: u32, producers: usize) -> Result<Rig, String> {
     let e = |what: &'static str| move |err: Error| format!("{what}: {err}");
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    // At most one CQE per outstanding WQE (the device's largest CQ is
-    // 32767 requested entries, more than a fill cycle's `depth / 2`).
-    let cq = dev.create_cq(depth.min(32767)).map_err(e("create_cq"))?;
-    let peer_cq = dev.create_cq(16).map_err(e("create_cq"))?;
     let init = |send: u32| QpInit {
         max_send_wr: send,
         max_recv_wr: 16,
@@ -283,6 +279,13 @@ fn rig(depth: u32, producers: usize) -> Result<Rig, String> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
+    // Sized by the CQ guard's worst case (every WR the queues hold).
+    let cq = dev
+        .create_cq(dev.cq_depth_for(&[&init(depth)]))
+        .map_err(e("create_cq"))?;
+    let peer_cq = dev
+        .create_cq(dev.cq_depth_for(&[&init(16)]))
+        .map_err(e("create_cq"))?;
     let mut a = pd
         .create_qp(&cq, &cq, &init(depth))
         .map_err(e("create_qp"))?;

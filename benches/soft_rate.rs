@@ -199,8 +199,6 @@ fn rig() -> Result<Rig, String> {
     let e = |what: &'static str| move |err: rdma_direct::Error| format!("{what}: {err}");
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    let cqa = dev.create_cq(SQ_WRS).map_err(e("create_cq"))?;
-    let cqb = dev.create_cq(RQ_WRS).map_err(e("create_cq"))?;
     let init = QpInit {
         max_send_wr: SQ_WRS,
         max_recv_wr: RQ_WRS,
@@ -208,6 +206,10 @@ fn rig() -> Result<Rig, String> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
+    // Sized by the CQ guard's worst case (every WR the queues hold).
+    let depth = dev.cq_depth_for(&[&init]);
+    let cqa = dev.create_cq(depth).map_err(e("create_cq"))?;
+    let cqb = dev.create_cq(depth).map_err(e("create_cq"))?;
     let mut a = pd.create_qp(&cqa, &cqa, &init).map_err(e("create_qp"))?;
     let mut b = pd.create_qp(&cqb, &cqb, &init).map_err(e("create_qp"))?;
     let (ia, ib) = (a.info(), b.info());
