@@ -721,7 +721,6 @@ mod rc_mode {
             .register(size, Access::LOCAL_WRITE)
             .map_err(e("register"))?;
         buf.as_mut_slice().fill(0x7b);
-        let mut cq = dev.create_cq(rx_depth + 1).map_err(e("create_cq"))?;
         let init = QpInit {
             max_send_wr: 1,
             max_recv_wr: rx_depth,
@@ -729,6 +728,10 @@ mod rc_mode {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
+        // rx_depth + 1 entries, as ibv_rc_pingpong, or more if the device
+        // rounds the queues up (the CQ guard counts what they can hold).
+        let depth = dev.cq_depth_for(&[&init]).max(rx_depth + 1);
+        let mut cq = dev.create_cq(depth).map_err(e("create_cq"))?;
         let mut qp = pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?;
         let inline = qp.caps().max_inline_data as usize >= size;
         let attr = ConnectAttr {

@@ -378,8 +378,13 @@ mod imp {
                             let _ = self.conn.wait_disconnect(Duration::from_millis(500));
                             return Ok(Waited::Disconnected);
                         }
+                        let why = if w.status == WcStatus::WR_FLUSH_ERR {
+                            " (the connection is gone: the peer failed or disconnected)"
+                        } else {
+                            ""
+                        };
                         return Err(format!(
-                            "{what}: completion of wr_id {} failed: {} ({})",
+                            "{what}: completion of wr_id {} failed: {} ({}){why}",
                             w.wr_id,
                             status_name(w.status),
                             w.status.0
@@ -486,7 +491,7 @@ mod imp {
         // A fresh CQ and QP per attempt: a failed one may leave flushed
         // work behind.
         let (cq, qp, conn) = cm::retry(5, Duration::from_millis(500), || {
-            let cq = dev.create_cq(32)?;
+            let cq = dev.create_cq(dev.cq_depth_for(&[&qp_init()]).max(32))?;
             let mut qp = pd.create_qp(&cq, &cq, &qp_init())?;
             let conn = cm::connect(&mut qp, dst, None, &opts, |q| post_recv(q, &recv))?;
             Ok((cq, qp, conn))
@@ -561,7 +566,7 @@ mod imp {
             ..CmOptions::default()
         };
         let (cq, qp, conn) = cm::retry(5, Duration::ZERO, || {
-            let cq = dev.create_cq(32)?;
+            let cq = dev.create_cq(dev.cq_depth_for(&[&qp_init()]).max(32))?;
             let mut qp = pd.create_qp(&cq, &cq, &qp_init())?;
             let conn = l.accept(&mut qp, &opts, |q| post_recv(q, &recv))?;
             Ok((cq, qp, conn))
