@@ -238,8 +238,12 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    // All peer QPs share one CQ: atomics produce no responder completion.
-    let peer_cq = dev.create_cq(16).map_err(e("create_cq"))?;
+    // All peer QPs share one CQ: atomics produce no responder completion,
+    // but the CQ guard counts what their queues could hold (a flush).
+    let peer_inits = vec![&init; args.threads];
+    let peer_cq = dev
+        .create_cq(dev.cq_depth_for(&peer_inits))
+        .map_err(e("create_cq"))?;
     let start = Arc::new(Barrier::new(args.threads + 1));
     let mut peers = Vec::new();
     let mut links = Vec::new();
@@ -247,7 +251,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
     B::start(&dev);
     for t in 0..args.threads {
         let cq = dev
-            .create_cq(2 * MAX_BATCH as u32)
+            .create_cq(dev.cq_depth_for(&[&init]))
             .map_err(e("create_cq"))?;
         let mut qp = pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?;
         let mut peer = pd

@@ -227,8 +227,6 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     let max = *args.sizes.iter().max().ok_or("no message size")?;
     let e = |what: &'static str| err::<B>(what);
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    let cq = dev.create_cq(SQ_DEPTH).map_err(e("create_cq"))?;
-    let peer_cq = dev.create_cq(16).map_err(e("create_cq"))?;
     let init = QpInit {
         max_send_wr: SQ_DEPTH,
         max_recv_wr: 1,
@@ -236,6 +234,11 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
+    // Deep enough for the worst case the CQ guard checks (every WR the
+    // queues can hold).
+    let depth = dev.cq_depth_for(&[&init]);
+    let cq = dev.create_cq(depth).map_err(e("create_cq"))?;
+    let peer_cq = dev.create_cq(depth).map_err(e("create_cq"))?;
     let mut qp = pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?;
     let mut peer = pd
         .create_qp(&peer_cq, &peer_cq, &init)
