@@ -22,7 +22,8 @@
 #                       itself), GID index $RXE_GID_INDEX, -c / --chk
 #   rping-*             examples/rping against rping -V (both roles) on rxe0
 #                       and siw0, and against itself on siw0
-# About 30-40 s inside the VM under TCG (plus 15-25 s of boot). Set
+# About 35-70 s inside the VM under TCG, depending on host load (plus the
+# boot: 60-130 s of VM time in all). Set
 # INTEROP_VERBOSE=1 to see the output of passing checks too.
 #
 # Exit status: 0 all checks passed; 1 at least one failed; 2 not inside the
