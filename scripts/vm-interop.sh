@@ -23,8 +23,9 @@
 #   rping-*             examples/rping against rping -V (both roles) on rxe0
 #                       and siw0, and against itself on siw0
 # About 35-70 s inside the VM under TCG, depending on host load (plus the
-# boot: 60-130 s of VM time in all). Set
-# INTEROP_VERBOSE=1 to see the output of passing checks too.
+# boot: 60-130 s of VM time in all). Set INTEROP_VERBOSE=1 to see the
+# output of passing checks too. vm-run.sh passes RDD_EXAMPLES_DIR,
+# INTEROP_TIMEOUT and INTEROP_VERBOSE only when named in VM_PASSENV.
 #
 # Exit status: 0 all checks passed; 1 at least one failed; 2 not inside the
 # VM or no example binaries.
