@@ -1082,7 +1082,14 @@ impl<B: Backend> Qp<B> {
         rtr.port_num = init.port_num;
         rtr.dest_qpn = remote.qpn;
         rtr.rq_psn = remote.psn & 0xff_ffff;
-        let mut mtu = port.mtu.min(remote.mtu.max(256));
+        // A peer MTU of 0 means unknown (ibv_rc_pingpong's message carries
+        // none): use this port's.
+        let remote_mtu = if remote.mtu == 0 {
+            port.mtu
+        } else {
+            remote.mtu.max(256)
+        };
+        let mut mtu = port.mtu.min(remote_mtu);
         if attr.max_mtu != 0 {
             mtu = mtu.min(attr.max_mtu);
         }

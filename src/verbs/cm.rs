@@ -185,7 +185,10 @@ fn next_event(ch: &Channel, deadline: Instant, want: &[u32]) -> Result<Event> {
         match copy.kind {
             E::RDMA_CM_EVENT_TIMEWAIT_EXIT | E::RDMA_CM_EVENT_ADDR_CHANGE => continue,
             k => {
-                let _ = fail(event_name(k), copy.status.abs());
+                // Error events carry a negative errno; a rejection carries
+                // the peer's reject reason, which is not an errno.
+                let errno = if copy.status < 0 { -copy.status } else { 0 };
+                let _ = fail(event_name(k), errno);
                 return Err(Error::ConnectFailed);
             }
         }
