@@ -1080,6 +1080,54 @@ static void test_status_messages(void)
     CHECK(strstr(buf, "handle") != NULL);
 }
 
+/* Waiting with a bound, in every mode: an idle wait returns TIMEOUT on
+ * time (not early, not never), a completion ends the wait, bad modes and
+ * NULL parameters are refused. */
+static void test_wait(void)
+{
+    struct env e;
+    rdd_wc wc[4];
+    size_t n = 99, bad = 999;
+    int fd = -1;
+    uint32_t mode;
+    env_open(&e, NULL, NULL, RDD_ACCESS_LOCAL_WRITE, NULL);
+    MUST(rdd_device_start(e.dev));
+    e.threaded = 1;
+    CHECK_EQ(rdd_cq_event_fd(e.cq[0], &fd), RDD_STATUS_OK);
+    CHECK(fd >= 0);
+    for (mode = RDD_WAIT_BUSY_POLL; mode <= RDD_WAIT_ADAPTIVE; mode++) {
+        double t0 = now_s();
+        rdd_sge rs = sge_at(&e, 1, 0, 64);
+        rdd_recv_wr r = recv_make(200 + mode, &rs, 1);
+        rdd_sge s = sge_at(&e, 0, 0, 8);
+        rdd_wr w = wr_make(100 + mode, RDD_WR_SEND, RDD_SEND_SIGNALED, &s, 1);
+        CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[0], 1, wc, 4, mode, 50000000ull, &n),
+                 RDD_STATUS_TIMEOUT);
+        CHECK_EQ(n, 0);
+        CHECK(now_s() - t0 >= 0.049);
+        CHECK(now_s() - t0 < 5.0);
+        MUST(rdd_qp_post_recv(e.qp[1], &r, 1, &bad));
+        MUST(rdd_qp_post_send(e.qp[0], &w, 1, &bad));
+        CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[0], 1, wc, 4, mode, 5000000000ull, &n),
+                 RDD_STATUS_OK);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(wc[0].wr_id, 100 + mode);
+        CHECK_EQ(rdd_cq_wait(e.cq[1], &e.qp[1], 1, wc, 4, mode, 5000000000ull, &n),
+                 RDD_STATUS_OK);
+        CHECK_EQ(n, 1);
+        CHECK_EQ(wc[0].wr_id, 200 + mode);
+    }
+    CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[0], 1, wc, 4, 7, 0, &n), RDD_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[0], 1, wc, 4, RDD_WAIT_EVENT, 0, NULL),
+             RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[1], 1, wc, 4, RDD_WAIT_EVENT, 0, &n),
+             RDD_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(rdd_cq_event_fd(e.cq[0], NULL), RDD_STATUS_NULL_PARAMETER);
+    MUST(rdd_device_stop(e.dev));
+    e.threaded = 0;
+    env_close(&e);
+}
+
 int main(void)
 {
     test_pingpong_step();
@@ -1095,5 +1143,6 @@ int main(void)
     test_wrong_order();
     test_create_and_connect_errors();
     test_status_messages();
+    test_wait();
     return h_finish("test_object");
 }

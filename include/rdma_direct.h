@@ -335,6 +335,21 @@
 #define RDD_MR_MAX_LEN 1099511627776
 
 /**
+ * `rdd_cq_wait` modes.
+ */
+#define RDD_WAIT_BUSY_POLL 0
+
+/**
+ * Arm, poll once more, sleep on the CQ's event fd.
+ */
+#define RDD_WAIT_EVENT 1
+
+/**
+ * Spin for a learnt budget, then as `RDD_WAIT_EVENT`.
+ */
+#define RDD_WAIT_ADAPTIVE 2
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -1446,6 +1461,38 @@ rdd_status rdd_cq_poll(struct rdd_cq *cq,
                        struct rdd_wc *out,
                        size_t n,
                        size_t *out_count);
+
+/**
+ * Waits up to `timeout_ns` nanoseconds for completions, then polls them
+ * like `rdd_cq_poll` (same `qps` rules): `*out_count` >= 1 and
+ * `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (and `*out_count` = 0). Never
+ * blocks longer than the timeout. `mode` is `RDD_WAIT_BUSY_POLL`,
+ * `RDD_WAIT_EVENT` (sleeps in the kernel) or `RDD_WAIT_ADAPTIVE` (spins for
+ * a budget learnt per CQ, then sleeps); other values are
+ * `INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * As `rdd_cq_poll`.
+ */
+rdd_status rdd_cq_wait(struct rdd_cq *cq,
+                       struct rdd_qp *const *qps,
+                       size_t nqps,
+                       struct rdd_wc *out,
+                       size_t n,
+                       uint32_t mode,
+                       uint64_t timeout_ns,
+                       size_t *out_count);
+
+/**
+ * The fd that becomes readable when the CQ, armed by an `RDD_WAIT_EVENT`
+ * or `RDD_WAIT_ADAPTIVE` wait, gets a completion: for the application's
+ * own epoll set.
+ *
+ * # Safety
+ * `out_fd` is valid for a write of one `int`.
+ */
+rdd_status rdd_cq_event_fd(struct rdd_cq *cq,
+                           int *out_fd);
 
 /**
  * Arms the CQ: requests a completion event for the next completion (or,

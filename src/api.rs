@@ -39,6 +39,8 @@ use std::vec;
 use core::ptr::NonNull;
 use std::time::{Duration, Instant};
 
+pub use crate::event::{Adaptive, AdaptiveConfig, WaitMode};
+
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{
     CompletionQueue, CqRoute, CqRouteTo, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, Retired,
@@ -363,72 +365,6 @@ pub struct Cq<B: Backend> {
     inner: Arc<CqInner<B>>,
     cq: CqPath,
     adaptive: Adaptive,
-}
-
-/// How [`Cq::wait`] waits for a completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitMode {
-    /// Poll in a loop: the lowest latency, a whole core while waiting.
-    BusyPoll,
-    /// Arm the CQ, poll once more (a completion that slipped in between
-    /// is not missed), then sleep on the CQ's event fd.
-    Event,
-    /// Spin for a budget learnt from how soon completions have been
-    /// arriving, then fall back to [`WaitMode::Event`].
-    Adaptive,
-}
-
-/// Tuning of [`WaitMode::Adaptive`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdaptiveConfig {
-    /// Shortest spin before sleeping.
-    pub min_spin: Duration,
-    /// Longest spin; when completions take longer than this to arrive,
-    /// spinning does not pay and the wait sleeps after `min_spin`.
-    pub max_spin: Duration,
-}
-
-impl Default for AdaptiveConfig {
-    fn default() -> Self {
-        AdaptiveConfig {
-            min_spin: Duration::from_micros(1),
-            max_spin: Duration::from_micros(200),
-        }
-    }
-}
-
-/// The adaptive waiter's state: an exponentially weighted average of how
-/// long waits took, and the spin budget derived from it.
-#[derive(Clone, Copy, Debug)]
-struct Adaptive {
-    cfg: AdaptiveConfig,
-    /// Average wait, in nanoseconds (weight 1/8 per sample).
-    avg_ns: u64,
-    /// Current spin budget.
-    budget: Duration,
-}
-
-impl Adaptive {
-    fn new(cfg: AdaptiveConfig) -> Adaptive {
-        Adaptive {
-            cfg,
-            avg_ns: cfg.max_spin.as_nanos() as u64 / 2,
-            budget: cfg.max_spin,
-        }
-    }
-
-    /// Learns from one wait that took `took`.
-    fn learn(&mut self, took: Duration) {
-        let t = took.as_nanos().min(u64::MAX as u128) as u64;
-        self.avg_ns = self.avg_ns - self.avg_ns / 8 + t / 8;
-        let avg = Duration::from_nanos(self.avg_ns);
-        self.budget = if avg > self.cfg.max_spin {
-            // Completions come slower than spinning can wait for.
-            self.cfg.min_spin
-        } else {
-            (avg * 2).clamp(self.cfg.min_spin, self.cfg.max_spin)
-        };
-    }
 }
 
 /// The poller behind a [`Cq`].
@@ -897,7 +833,7 @@ impl<B: Backend> Cq<B> {
 
     /// The adaptive waiter's current spin budget.
     pub fn spin_budget(&self) -> Duration {
-        self.adaptive.budget
+        self.adaptive.budget()
     }
 
     /// Waits up to `timeout` for completions of the QPs in `route` and
@@ -910,77 +846,38 @@ impl<B: Backend> Cq<B> {
         mode: WaitMode,
         timeout: Duration,
     ) -> Result<usize> {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        match mode {
-            WaitMode::BusyPoll => self.spin_until(route, out, deadline),
-            WaitMode::Event => self.sleep_until(route, out, deadline),
-            WaitMode::Adaptive => {
-                let spin_end = (start + self.adaptive.budget).min(deadline);
-                let r = match self.spin_until(route, out, spin_end) {
-                    Err(Error::Timeout) if spin_end < deadline => {
-                        self.sleep_until(route, out, deadline)
-                    }
-                    r => r,
-                };
-                if r.is_ok() {
-                    self.adaptive.learn(start.elapsed());
-                }
-                r
-            }
-        }
+        let mut adaptive = self.adaptive;
+        let r = crate::event::wait(
+            &mut RoutedCq { cq: self, route },
+            out,
+            mode,
+            &mut adaptive,
+            timeout,
+        );
+        self.adaptive = adaptive;
+        r
     }
+}
 
-    /// Polls until a completion arrives or `deadline` passes (the clock is
-    /// read every 64 empty polls).
-    fn spin_until<R: CqRoute + ?Sized>(
-        &mut self,
-        route: &mut R,
-        out: &mut [Wc],
-        deadline: Instant,
-    ) -> Result<usize> {
-        loop {
-            for _ in 0..64 {
-                let n = self.poll(route, out)?;
-                if n > 0 || out.is_empty() {
-                    return Ok(n);
-                }
-                core::hint::spin_loop();
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-        }
+/// A CQ and the route its completions go to, as [`crate::event::wait`]
+/// sees them.
+struct RoutedCq<'a, B: Backend, R: CqRoute + ?Sized> {
+    cq: &'a mut Cq<B>,
+    route: &'a mut R,
+}
+
+impl<B: Backend, R: CqRoute + ?Sized> crate::event::Waitable for RoutedCq<'_, B, R> {
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
+        self.cq.poll(self.route, out)
     }
-
-    /// The event path: poll, arm, poll again, sleep on the fd, repeat.
-    fn sleep_until<R: CqRoute + ?Sized>(
-        &mut self,
-        route: &mut R,
-        out: &mut [Wc],
-        deadline: Instant,
-    ) -> Result<usize> {
-        let fd = self.event_fd()?;
-        loop {
-            let n = self.poll(route, out)?;
-            if n > 0 || out.is_empty() {
-                return Ok(n);
-            }
-            self.arm()?;
-            // A completion written before the arm took effect raises no
-            // event: look once more before sleeping.
-            let n = self.poll(route, out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout);
-            }
-            if crate::event::wait_readable(fd, left)? {
-                self.consume_events()?;
-            }
-        }
+    fn arm(&mut self) -> Result<()> {
+        self.cq.arm()
+    }
+    fn consume(&mut self) -> Result<u32> {
+        self.cq.consume_events()
+    }
+    fn fd(&self) -> Result<i32> {
+        self.cq.event_fd()
     }
 }
 

@@ -9,9 +9,175 @@
 //! These are control-path helpers: nothing here runs on the post/poll hot
 //! path.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::provider::mlx5::Wc;
+
+/// How [`crate::api::Cq::wait`] (and `rdd_cq_wait`) waits for a completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Poll in a loop: the lowest latency, a whole core while waiting.
+    BusyPoll,
+    /// Arm the CQ, poll once more (a completion that slipped in between
+    /// is not missed), then sleep on the CQ's event fd.
+    Event,
+    /// Spin for a budget learnt from how soon completions have been
+    /// arriving, then fall back to [`WaitMode::Event`].
+    Adaptive,
+}
+
+/// Tuning of [`WaitMode::Adaptive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveConfig {
+    /// Shortest spin before sleeping.
+    pub min_spin: Duration,
+    /// Longest spin; when completions take longer than this to arrive,
+    /// spinning does not pay and the wait sleeps after `min_spin`.
+    pub max_spin: Duration,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            min_spin: Duration::from_micros(1),
+            max_spin: Duration::from_micros(200),
+        }
+    }
+}
+
+/// The adaptive waiter's state: an exponentially weighted average of how
+/// long waits took, and the spin budget derived from it.
+#[derive(Clone, Copy, Debug)]
+pub struct Adaptive {
+    cfg: AdaptiveConfig,
+    /// Average wait, in nanoseconds (weight 1/8 per sample).
+    avg_ns: u64,
+    /// Current spin budget.
+    budget: Duration,
+}
+
+impl Adaptive {
+    /// A waiter with this tuning.
+    pub fn new(cfg: AdaptiveConfig) -> Adaptive {
+        Adaptive {
+            cfg,
+            avg_ns: cfg.max_spin.as_nanos() as u64 / 2,
+            budget: cfg.max_spin,
+        }
+    }
+
+    /// The current spin budget.
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// Learns from one wait that took `took`.
+    fn learn(&mut self, took: Duration) {
+        let t = took.as_nanos().min(u64::MAX as u128) as u64;
+        self.avg_ns = self.avg_ns - self.avg_ns / 8 + t / 8;
+        let avg = Duration::from_nanos(self.avg_ns);
+        self.budget = if avg > self.cfg.max_spin {
+            // Completions come slower than spinning can wait for.
+            self.cfg.min_spin
+        } else {
+            (avg * 2).clamp(self.cfg.min_spin, self.cfg.max_spin)
+        };
+    }
+}
+
+/// What [`wait`] needs from a CQ: poll it (with its routing), arm it,
+/// consume its events, and the fd that signals them.
+pub trait Waitable {
+    /// Polls up to `out.len()` completions.
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize>;
+    /// Requests an event for the next completion.
+    fn arm(&mut self) -> Result<()>;
+    /// Takes the pending events without blocking.
+    fn consume(&mut self) -> Result<u32>;
+    /// The fd that becomes readable when an event is pending.
+    fn fd(&self) -> Result<i32>;
+}
+
+/// Waits up to `timeout` for completions of `cq` in `mode`, polling them
+/// into `out`: at least one, or [`Error::Timeout`]. Never blocks longer
+/// than `timeout`. `adaptive` carries the adaptive mode's learnt budget
+/// from one wait to the next.
+pub fn wait<W: Waitable + ?Sized>(
+    cq: &mut W,
+    out: &mut [Wc],
+    mode: WaitMode,
+    adaptive: &mut Adaptive,
+    timeout: Duration,
+) -> Result<usize> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    match mode {
+        WaitMode::BusyPoll => spin_until(cq, out, deadline),
+        WaitMode::Event => sleep_until(cq, out, deadline),
+        WaitMode::Adaptive => {
+            let spin_end = (start + adaptive.budget).min(deadline);
+            let r = match spin_until(cq, out, spin_end) {
+                Err(Error::Timeout) if spin_end < deadline => sleep_until(cq, out, deadline),
+                r => r,
+            };
+            if r.is_ok() {
+                adaptive.learn(start.elapsed());
+            }
+            r
+        }
+    }
+}
+
+/// Polls until a completion arrives or `deadline` passes (the clock is
+/// read every 64 empty polls).
+fn spin_until<W: Waitable + ?Sized>(
+    cq: &mut W,
+    out: &mut [Wc],
+    deadline: Instant,
+) -> Result<usize> {
+    loop {
+        for _ in 0..64 {
+            let n = cq.poll(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            core::hint::spin_loop();
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout);
+        }
+    }
+}
+
+/// The event path: poll, arm, poll again, sleep on the fd, repeat.
+fn sleep_until<W: Waitable + ?Sized>(
+    cq: &mut W,
+    out: &mut [Wc],
+    deadline: Instant,
+) -> Result<usize> {
+    let fd = cq.fd()?;
+    loop {
+        let n = cq.poll(out)?;
+        if n > 0 || out.is_empty() {
+            return Ok(n);
+        }
+        cq.arm()?;
+        // A completion written before the arm took effect raises no event:
+        // look once more before sleeping.
+        let n = cq.poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout);
+        }
+        if wait_readable(fd, left)? {
+            cq.consume()?;
+        }
+    }
+}
 
 /// An `eventfd(2)`: a counter the kernel can wait on.
 #[derive(Debug)]

@@ -601,6 +601,8 @@ struct CqObj {
     backend: Arc<dyn Backend>,
     cqn: u32,
     cq: ExclusiveCell<CompletionQueue>,
+    /// The adaptive waiter's learnt state (`rdd_cq_wait`).
+    adaptive: ExclusiveCell<crate::event::Adaptive>,
     /// Cloned once by every QP that completes here.
     link: Arc<()>,
     _keep: Arc<dyn Any + Send + Sync>,
@@ -1041,6 +1043,7 @@ pub unsafe extern "C" fn rdd_cq_create(
             backend: Arc::clone(&d.backend),
             cqn: raw.cqn,
             cq: ExclusiveCell(cq),
+            adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
             link: Arc::new(()),
             _keep: raw.keep,
             _dev_link: Arc::clone(&d.link),
@@ -1149,27 +1152,11 @@ pub unsafe extern "C" fn rdd_cq_poll(
         try_status!(check_array(qps, nqps));
         try_status!(check_array(out.cast_const(), n));
         let mut c = try_status!(excl::<CqObj>(h(cq)));
-        if nqps != c.attached() {
-            return rdd_status::InvalidArgument;
-        }
-        let mut list = QpList::new();
-        for i in 0..nqps {
-            // SAFETY: `qps` is non-NULL, aligned and holds `nqps` readable
-            // handles (checked / caller contract).
-            let qh = h(unsafe { qps.add(i).read() });
-            let g = match excl::<QpObj>(qh) {
-                Ok(g) => g,
-                Err(rdd_status::ResourceBusy) if qps_index_handle(qps, i, qh) => {
-                    // Held by this very call: a repeated QP.
-                    return rdd_status::InvalidArgument;
-                }
-                Err(e) => return e,
-            };
-            if g.send_cq != h(cq) && g.recv_cq != h(cq) {
-                return rdd_status::InvalidArgument;
-            }
-            list.push(g);
-        }
+        // SAFETY: the caller's contract on `qps` (checked above).
+        let mut list = match unsafe { route_list(&c, cq, qps, nqps) } {
+            Ok(l) => l,
+            Err(s) => return s,
+        };
         // SAFETY: `out` is non-NULL, aligned and valid for `n` writes
         // (checked / caller contract); `rdd_wc` has the layout of `Wc`
         // (asserted in the mlx5 module) and every bit pattern is valid.
@@ -1178,6 +1165,164 @@ pub unsafe extern "C" fn rdd_cq_poll(
             Ok(count) => {
                 // SAFETY: non-NULL (checked), writable (caller contract).
                 unsafe { put(out_count, count) };
+                rdd_status::Ok
+            }
+            Err(e) => e.into(),
+        }
+    })
+}
+
+/// The QPs a poll routes to: every QP attached to the CQ, each exactly
+/// once, each completing there.
+///
+/// # Safety
+/// `qps` is non-NULL, aligned and holds `nqps` readable handles.
+unsafe fn route_list(
+    c: &CqObj,
+    cq: *mut rdd_cq,
+    qps: *const *mut rdd_qp,
+    nqps: usize,
+) -> Result<QpList, rdd_status> {
+    if nqps != c.attached() {
+        return Err(rdd_status::InvalidArgument);
+    }
+    let mut list = QpList::new();
+    for i in 0..nqps {
+        // SAFETY: `qps` holds `nqps` readable handles (caller contract).
+        let qh = h(unsafe { qps.add(i).read() });
+        let g = match excl::<QpObj>(qh) {
+            Ok(g) => g,
+            Err(rdd_status::ResourceBusy) if qps_index_handle(qps, i, qh) => {
+                // Held by this very call: a repeated QP.
+                return Err(rdd_status::InvalidArgument);
+            }
+            Err(e) => return Err(e),
+        };
+        if g.send_cq != h(cq) && g.recv_cq != h(cq) {
+            return Err(rdd_status::InvalidArgument);
+        }
+        list.push(g);
+    }
+    Ok(list)
+}
+
+/// `rdd_cq_wait` modes.
+pub const RDD_WAIT_BUSY_POLL: u32 = 0;
+/// Arm, poll once more, sleep on the CQ's event fd.
+pub const RDD_WAIT_EVENT: u32 = 1;
+/// Spin for a learnt budget, then as `RDD_WAIT_EVENT`.
+pub const RDD_WAIT_ADAPTIVE: u32 = 2;
+
+/// A CQ as `event::wait` drives it from C.
+struct FfiWaitable<'a> {
+    cq: &'a mut CompletionQueue,
+    list: &'a mut QpList,
+    backend: &'a dyn Backend,
+    cqn: u32,
+}
+
+impl crate::event::Waitable for FfiWaitable<'_> {
+    fn poll(&mut self, out: &mut [Wc]) -> crate::error::Result<usize> {
+        self.cq.poll(self.list, out)
+    }
+    fn arm(&mut self) -> crate::error::Result<()> {
+        self.cq.arm(false)
+    }
+    fn consume(&mut self) -> crate::error::Result<u32> {
+        let n = self.backend.cq_event_consume(self.cqn)?;
+        for _ in 0..n.min(4) {
+            self.cq.event_consumed();
+        }
+        Ok(n)
+    }
+    fn fd(&self) -> crate::error::Result<i32> {
+        self.backend.cq_event_fd(self.cqn)
+    }
+}
+
+/// Waits up to `timeout_ns` nanoseconds for completions, then polls them
+/// like `rdd_cq_poll` (same `qps` rules): `*out_count` >= 1 and
+/// `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (and `*out_count` = 0). Never
+/// blocks longer than the timeout. `mode` is `RDD_WAIT_BUSY_POLL`,
+/// `RDD_WAIT_EVENT` (sleeps in the kernel) or `RDD_WAIT_ADAPTIVE` (spins for
+/// a budget learnt per CQ, then sleeps); other values are
+/// `INVALID_ARGUMENT`.
+///
+/// # Safety
+/// As `rdd_cq_poll`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_cq_wait(
+    cq: *mut rdd_cq,
+    qps: *const *mut rdd_qp,
+    nqps: usize,
+    out: *mut rdd_wc,
+    n: usize,
+    mode: u32,
+    timeout_ns: u64,
+    out_count: *mut usize,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_count);
+        try_status!(check_array(qps, nqps));
+        try_status!(check_array(out.cast_const(), n));
+        let mode = match mode {
+            RDD_WAIT_BUSY_POLL => crate::event::WaitMode::BusyPoll,
+            RDD_WAIT_EVENT => crate::event::WaitMode::Event,
+            RDD_WAIT_ADAPTIVE => crate::event::WaitMode::Adaptive,
+            _ => return rdd_status::InvalidArgument,
+        };
+        let mut c = try_status!(excl::<CqObj>(h(cq)));
+        // SAFETY: the caller's contract on `qps` (checked above).
+        let mut list = match unsafe { route_list(&c, cq, qps, nqps) } {
+            Ok(l) => l,
+            Err(s) => return s,
+        };
+        // SAFETY: as in `rdd_cq_poll`.
+        let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
+        let backend = Arc::clone(&c.backend);
+        let cqn = c.cqn;
+        let mut adaptive = *c.adaptive.get_mut();
+        let r = crate::event::wait(
+            &mut FfiWaitable {
+                cq: c.cq.get_mut(),
+                list: &mut list,
+                backend: &*backend,
+                cqn,
+            },
+            out_wc,
+            mode,
+            &mut adaptive,
+            core::time::Duration::from_nanos(timeout_ns),
+        );
+        *c.adaptive.get_mut() = adaptive;
+        let count = *r.as_ref().unwrap_or(&0);
+        // SAFETY: non-NULL (checked), writable (caller contract).
+        unsafe { put(out_count, count) };
+        match r {
+            Ok(_) => rdd_status::Ok,
+            Err(e) => e.into(),
+        }
+    })
+}
+
+/// The fd that becomes readable when the CQ, armed by an `RDD_WAIT_EVENT`
+/// or `RDD_WAIT_ADAPTIVE` wait, gets a completion: for the application's
+/// own epoll set.
+///
+/// # Safety
+/// `out_fd` is valid for a write of one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_cq_event_fd(
+    cq: *mut rdd_cq,
+    out_fd: *mut core::ffi::c_int,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_fd);
+        let c = try_status!(shared::<CqObj>(h(cq)));
+        match c.backend.cq_event_fd(c.cqn) {
+            Ok(fd) => {
+                // SAFETY: non-NULL (checked), writable (caller contract).
+                unsafe { put(out_fd, fd) };
                 rdd_status::Ok
             }
             Err(e) => e.into(),
