@@ -6,6 +6,7 @@
 #
 #   scripts/test.sh            everything
 #   SKIP_INSTALL=1 scripts/test.sh   assume prerequisites are present
+#   SKIP_VM=1 scripts/test.sh        skip the VM suite (warns loudly; CI never sets it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -33,8 +34,11 @@ cargo build --no-default-features --target aarch64-unknown-none
 stage "unit, integration and doc tests (default features)"
 cargo test
 
-stage "tests with verbs (bindgen layout cross-check)"
+stage "tests with verbs on the host (layouts vs bindgen, out-of-band exchange, no-device path)"
 cargo test --features verbs --test layout_bindgen
+cargo test --features verbs --lib verbs::
+# Prints that the host has no RDMA device and the device tests run in the VM.
+cargo test --features verbs --test verbs_device -- --nocapture
 
 stage "release-mode concurrency stress tests (real threads, millions of WRs)"
 cargo test --release --test mp_stress --test shared_qp --test submit_stress --test soft_threads
@@ -53,6 +57,14 @@ bash ffi-tests/run.sh
 
 stage "fuzz targets (${FUZZ_SECONDS:=30}s each)"
 FUZZ_SECONDS=$FUZZ_SECONDS bash ci/fuzz.sh
+
+if [ "${SKIP_VM:-0}" = 1 ]; then
+  # Never silent: say loudly that the real-kernel suite did not run.
+  echo "WARNING: SKIP_VM=1: the rxe/siw VM suite (scripts/vm-test.sh) was NOT run" >&2
+else
+  stage "real kernel RDMA in the VM: rxe and siw (scripts/vm-test.sh)"
+  bash scripts/vm-test.sh
+fi
 
 stage "examples run, benchmarks build"
 for ex in wqe_tour pingpong write_bw atomic_counter; do

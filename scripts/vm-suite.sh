@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The real-kernel RDMA suite. Runs INSIDE the test VM (scripts/softrdma-vm),
+# started by scripts/vm-test.sh, which builds everything on the host first:
+#
+#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh VERBS_TEST_BIN EXAMPLES_DIR
+#
+# Stages (each must pass; the first failure fails the suite, after the
+# remaining stages have run so one run shows every failure):
+#   smoke      rdma-core's own tools on rxe0/siw0 and on the two-host
+#              (veth) pair: the test bed itself works (scripts/vm-smoke.sh)
+#   verbs      tests/verbs_device.rs on rxe0 and siw0: every opcode with
+#              memory checked, bad rkey, flush on ERROR, typed WR errors,
+#              rdma_cm on both transports, waits with events and timeouts
+#   interop    the examples against ibv_rc_pingpong and rping, and on each
+#              device in-process (scripts/vm-interop.sh)
+#   two-host   our programs on the two devices of the veth pair: pingpong
+#              (rxe, out-of-band) and rping (siw, rdma_cm, in two network
+#              namespaces) (scripts/vm-two-host.sh)
+#
+# Exit status: 0 all stages passed; 1 a stage failed; 2 usage / not in the VM.
+set -uo pipefail
+
+if [ "${IN_RDMA_VM:-0}" != 1 ]; then
+  echo "vm-suite.sh: run inside the test VM (scripts/vm-test.sh does that)" >&2
+  exit 2
+fi
+if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -d "$2" ]; then
+  echo "usage: vm-suite.sh VERBS_TEST_BIN EXAMPLES_DIR" >&2
+  exit 2
+fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+TESTBIN=$1 EXDIR=$2
+failed=()
+SECONDS=0
+
+stage() { # stage NAME CMD...
+  local name=$1 t0=$SECONDS rc=0; shift
+  printf '\n==== vm stage: %s ====\n' "$name"
+  "$@" || rc=$?
+  if [ "$rc" = 0 ]; then
+    echo "==== vm stage $name: PASS ($((SECONDS - t0)) s)"
+  else
+    echo "==== vm stage $name: FAIL (rc=$rc, $((SECONDS - t0)) s)"
+    failed+=("$name")
+  fi
+}
+
+stage smoke bash "$HERE/vm-smoke.sh"
+stage verbs timeout 600 "$TESTBIN" --test-threads=1
+stage interop bash "$HERE/vm-interop.sh" "$EXDIR"
+stage two-host bash "$HERE/vm-two-host.sh" "$EXDIR"
+
+echo
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "vm-suite: all stages passed in ${SECONDS}s"
+  exit 0
+fi
+echo "vm-suite: FAILED stages: ${failed[*]} (${SECONDS}s)"
+exit 1

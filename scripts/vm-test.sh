@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Real kernel RDMA (rxe and siw) for rdma-direct's verbs backend: builds and
+# caches the test VM, builds the verbs tests and the examples on the host
+# (`--features verbs`), and runs scripts/vm-suite.sh inside the VM.
+#
+#   scripts/vm-test.sh
+#
+# Time budget (2-core CI machine, TCG emulation): image build 2.5-3 min the
+# first time (cached afterwards), host build ~2-4 min, VM suite ~1-3 min; every
+# step has a timeout (VM_TIMEOUT for the VM run, default 1500 s).
+# Needs root (the image build uses debootstrap; qemu comes from apt).
+#
+# Exit status: non-zero if anything fails (the VM suite's own status, 124 if
+# the VM timed out, 125 if it could not boot).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+echo "vm-test: building the VM image (cached after the first time)"
+timeout 1200 bash scripts/softrdma-vm/build-vm.sh
+
+echo "vm-test: building the verbs tests and the examples"
+cargo build --release --features verbs --examples
+TESTBIN=$(cargo test --release --features verbs --test verbs_device --no-run 2>&1 |
+  sed -n 's/.*Executable tests\/verbs_device.rs (\(.*\))$/\1/p' | tail -n 1)
+if [ -z "$TESTBIN" ] || [ ! -x "$TESTBIN" ]; then
+  echo "vm-test: could not find the verbs_device test binary" >&2
+  exit 1
+fi
+EXDIR=${CARGO_TARGET_DIR:-$PWD/target}/release/examples
+case $EXDIR in /*) ;; *) EXDIR=$PWD/$EXDIR ;; esac
+case $TESTBIN in /*) ;; *) TESTBIN=$PWD/$TESTBIN ;; esac
+
+echo "vm-test: running the suite in the VM"
+VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
+  scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR"
