@@ -693,6 +693,10 @@ impl PortableQp for VerbsQp {
         self.track.failure()
     }
 
+    fn capacity(&self) -> (u32, u32) {
+        (self.track.sq_cap as u32, self.track.rq_cap as u32)
+    }
+
     fn outstanding(&self) -> u64 {
         let t = &*self.track;
         // Acquire: pairs with the poller's Release stores of *_done.
