@@ -46,15 +46,27 @@ impl Default for AdaptiveConfig {
     }
 }
 
-/// The adaptive waiter's state: an exponentially weighted average of how
-/// long waits took, and the spin budget derived from it.
+/// The adaptive waiter's state. The spin budget follows two rules:
+/// * a completion caught while spinning feeds an exponentially weighted
+///   average of spin-phase arrival times, and the budget becomes twice that
+///   average (clamped to the configured range): spin a little longer than
+///   completions usually take;
+/// * a completion that needed the sleep phase halves the budget (spinning
+///   did not pay: the completion came later than the budget, or the
+///   spinning thread competed for a core with whoever produces the
+///   completion).
+///
+/// Every 64th wait spins the full `max_spin` once, so the budget can grow
+/// back when completions start arriving quickly again.
 #[derive(Clone, Copy, Debug)]
 pub struct Adaptive {
     cfg: AdaptiveConfig,
-    /// Average wait, in nanoseconds (weight 1/8 per sample).
+    /// Average spin-phase arrival time, in nanoseconds (weight 1/8).
     avg_ns: u64,
     /// Current spin budget.
     budget: Duration,
+    /// Waits since the last full-length probe.
+    since_probe: u32,
 }
 
 impl Adaptive {
@@ -64,6 +76,7 @@ impl Adaptive {
             cfg,
             avg_ns: cfg.max_spin.as_nanos() as u64 / 2,
             budget: cfg.max_spin,
+            since_probe: 0,
         }
     }
 
@@ -72,17 +85,27 @@ impl Adaptive {
         self.budget
     }
 
-    /// Learns from one wait that took `took`.
-    fn learn(&mut self, took: Duration) {
+    /// The spin to use for the next wait (the budget, or a probe).
+    fn next_spin(&mut self) -> Duration {
+        self.since_probe += 1;
+        if self.since_probe >= 64 {
+            self.since_probe = 0;
+            return self.cfg.max_spin;
+        }
+        self.budget
+    }
+
+    /// A completion arrived `took` into the spin phase.
+    fn hit(&mut self, took: Duration) {
         let t = took.as_nanos().min(u64::MAX as u128) as u64;
         self.avg_ns = self.avg_ns - self.avg_ns / 8 + t / 8;
-        let avg = Duration::from_nanos(self.avg_ns);
-        self.budget = if avg > self.cfg.max_spin {
-            // Completions come slower than spinning can wait for.
-            self.cfg.min_spin
-        } else {
-            (avg * 2).clamp(self.cfg.min_spin, self.cfg.max_spin)
-        };
+        self.budget =
+            (Duration::from_nanos(self.avg_ns) * 2).clamp(self.cfg.min_spin, self.cfg.max_spin);
+    }
+
+    /// A completion needed the sleep phase.
+    fn miss(&mut self) {
+        self.budget = (self.budget / 2).max(self.cfg.min_spin);
     }
 }
 
@@ -116,15 +139,21 @@ pub fn wait<W: Waitable + ?Sized>(
         WaitMode::BusyPoll => spin_until(cq, out, deadline),
         WaitMode::Event => sleep_until(cq, out, deadline),
         WaitMode::Adaptive => {
-            let spin_end = (start + adaptive.budget).min(deadline);
-            let r = match spin_until(cq, out, spin_end) {
-                Err(Error::Timeout) if spin_end < deadline => sleep_until(cq, out, deadline),
+            let spin_end = (start + adaptive.next_spin()).min(deadline);
+            match spin_until(cq, out, spin_end) {
+                Err(Error::Timeout) if spin_end < deadline => {
+                    let r = sleep_until(cq, out, deadline);
+                    if r.is_ok() {
+                        adaptive.miss();
+                    }
+                    r
+                }
+                Ok(n) => {
+                    adaptive.hit(start.elapsed());
+                    Ok(n)
+                }
                 r => r,
-            };
-            if r.is_ok() {
-                adaptive.learn(start.elapsed());
             }
-            r
         }
     }
 }
