@@ -6,7 +6,8 @@
 //! * every WR is validated with the crate's rules first (same typed errors,
 //!   nothing handed to the provider for a refused WR);
 //! * WRs go to the provider as one chain per call (up to [`CHAIN`] WRs),
-//!   built on the stack: no allocation;
+//!   built in scratch arrays the QP allocates once: no allocation, and a
+//!   call writes only the entries it uses;
 //! * the provider sees our own wr_ids (a sequence number per queue; bit 63
 //!   marks receives), and a per-QP table ([`QpTrack`]) maps them back, so
 //!   send-queue space is exact, and an unsignaled run is broken by a forced
@@ -302,10 +303,22 @@ pub struct VerbsQp {
     atomics: bool,
     /// Unsignaled sends since the last signaled one.
     unsignaled: u64,
+    /// The chains handed to the provider, reused by every call: a call
+    /// resets and fills only the entries it links, so its cost follows its
+    /// WRs (a fresh zeroed array per call stored 4 KiB of WRs and 2 KiB of
+    /// SGEs even for a single WR).
+    send_chain: Box<[sys::ibv_send_wr; CHAIN]>,
+    recv_chain: Box<[sys::ibv_recv_wr; CHAIN]>,
+    /// The SGEs the chains point into (one call at a time uses them:
+    /// posting takes `&mut self`).
+    sges: Box<[sys::ibv_sge; SGES]>,
 }
 
 // SAFETY: the QP pointer is used only through `&mut self` (one thread at a
-// time) and libibverbs QPs may be used from any thread.
+// time) and libibverbs QPs may be used from any thread. The chains' raw
+// pointers point into the QP's own scratch arrays (and, during a call, at
+// the caller's inline data); they are written and handed to the provider
+// only inside a call through `&mut self`, and never read otherwise.
 unsafe impl Send for VerbsQp {}
 
 impl VerbsQp {
@@ -317,6 +330,15 @@ impl VerbsQp {
             caps,
             atomics,
             unsignaled: 0,
+            send_chain: Box::new(core::array::from_fn(|_| blank_send())),
+            recv_chain: Box::new(core::array::from_fn(|_| blank_recv())),
+            sges: Box::new(
+                [sys::ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                }; SGES],
+            ),
         }
     }
 }
@@ -458,6 +480,16 @@ fn blank_send() -> sys::ibv_send_wr {
     unsafe { core::mem::zeroed() }
 }
 
+/// An empty receive WR.
+fn blank_recv() -> sys::ibv_recv_wr {
+    sys::ibv_recv_wr {
+        wr_id: 0,
+        next: core::ptr::null_mut(),
+        sg_list: core::ptr::null_mut(),
+        num_sge: 0,
+    }
+}
+
 impl PortableQp for VerbsQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         let t = &*self.track;
@@ -471,12 +503,8 @@ impl PortableQp for VerbsQp {
         }
         let mut done = 0usize;
         while done < wrs.len() {
-            let mut chain: [sys::ibv_send_wr; CHAIN] = core::array::from_fn(|_| blank_send());
-            let mut sges = [sys::ibv_sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; SGES];
+            let chain = &mut *self.send_chain;
+            let sges = &mut *self.sges;
             let mut used = 0usize;
             let mut n = 0usize;
             // Relaxed: this thread is the only writer of sq_posted.
@@ -511,6 +539,9 @@ impl PortableQp for VerbsQp {
                 }
                 let seq = base + n as u64;
                 let w = &mut chain[n];
+                // Every field not set below is zero, and `next` is NULL
+                // until the WR is linked to a following one.
+                *w = blank_send();
                 w.wr_id = seq;
                 w.send_flags = wr.flags.0
                     & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
@@ -522,7 +553,7 @@ impl PortableQp for VerbsQp {
                     w.send_flags |= SendFlags::SIGNALED.0;
                     self.unsignaled = 0;
                 }
-                if let Err(e) = fill_send(w, wr, &mut sges, &mut used) {
+                if let Err(e) = fill_send(w, wr, sges, &mut used) {
                     refused = Some(e);
                     break;
                 }
@@ -544,9 +575,11 @@ impl PortableQp for VerbsQp {
                 // Release: slots before the provider may complete them.
                 t.sq_posted.store(base + n as u64, Ordering::Release);
                 let mut bad: *mut sys::ibv_send_wr = core::ptr::null_mut();
-                // SAFETY: live QP; the chain and its SGEs live on this stack
-                // frame for the call; inline data pointers are the caller's
-                // slices, copied by the provider before it returns.
+                // SAFETY: live QP; the chain and its SGEs are this QP's
+                // scratch arrays, borrowed for the call, and every linked
+                // entry was written above (the last one's `next` is NULL);
+                // inline data pointers are the caller's slices, copied by
+                // the provider before it returns.
                 let ret = unsafe { post_send_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
                 if ret != 0 {
                     let idx = if bad.is_null() {
@@ -588,13 +621,8 @@ impl PortableQp for VerbsQp {
         }
         let mut done = 0usize;
         while done < wrs.len() {
-            // SAFETY: all-zero is a valid ibv_recv_wr.
-            let mut chain: [sys::ibv_recv_wr; CHAIN] = unsafe { core::mem::zeroed() };
-            let mut sges = [sys::ibv_sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            }; SGES];
+            let chain = &mut *self.recv_chain;
+            let sges = &mut *self.sges;
             let mut used = 0usize;
             let mut n = 0usize;
             // Relaxed: only this thread writes rq_posted.
@@ -630,13 +658,17 @@ impl PortableQp for VerbsQp {
                     used += 1;
                 }
                 let seq = base + n as u64;
-                chain[n].wr_id = seq | RECV_BIT;
-                chain[n].sg_list = if used > first {
-                    sges[first..].as_mut_ptr()
-                } else {
-                    core::ptr::null_mut()
+                chain[n] = sys::ibv_recv_wr {
+                    wr_id: seq | RECV_BIT,
+                    // NULL until linked to a following WR.
+                    next: core::ptr::null_mut(),
+                    sg_list: if used > first {
+                        sges[first..].as_mut_ptr()
+                    } else {
+                        core::ptr::null_mut()
+                    },
+                    num_sge: (used - first) as i32,
                 };
-                chain[n].num_sge = (used - first) as i32;
                 let slot = &t.rq[(seq & t.rq_mask) as usize];
                 let (la, lk) = wr.sges.first().map_or((0, 0), |s| (s.addr, s.lkey));
                 let len = wr.sges.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
@@ -654,7 +686,9 @@ impl PortableQp for VerbsQp {
                 // Release: slots before the provider may complete them.
                 t.rq_posted.store(base + n as u64, Ordering::Release);
                 let mut bad: *mut sys::ibv_recv_wr = core::ptr::null_mut();
-                // SAFETY: live QP; chain and SGEs live for the call.
+                // SAFETY: live QP; chain and SGEs are this QP's scratch
+                // arrays, borrowed for the call, every linked entry written
+                // above.
                 let ret = unsafe { post_recv_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
                 if ret != 0 {
                     let idx = if bad.is_null() {
@@ -773,6 +807,9 @@ pub struct VerbsCq {
     seen_gen: u64,
     qps: Vec<Arc<QpTrack>>,
     depth: u32,
+    /// Where the provider writes completions, reused by every poll (only
+    /// the entries it reports are read).
+    wcs: Box<[sys::ibv_wc; POLL_BATCH]>,
 }
 
 // SAFETY: used through `&mut self` only; libibverbs CQs may be polled from
@@ -788,6 +825,8 @@ impl VerbsCq {
             seen_gen: u64::MAX,
             qps: Vec::new(),
             depth,
+            // SAFETY: all-zero is a valid ibv_wc.
+            wcs: Box::new(unsafe { core::mem::zeroed() }),
         }
     }
 
@@ -824,16 +863,14 @@ impl PortableCq for VerbsCq {
         self.refresh();
         let mut filled = 0usize;
         while filled < out.len() {
-            // SAFETY: all-zero is a valid ibv_wc.
-            let mut wcs: [sys::ibv_wc; POLL_BATCH] = unsafe { core::mem::zeroed() };
             let want = (out.len() - filled).min(POLL_BATCH);
             // SAFETY: live CQ; `wcs` holds `want` entries.
-            let got = unsafe { poll_raw(self.cq, want as i32, wcs.as_mut_ptr()) };
+            let got = unsafe { poll_raw(self.cq, want as i32, self.wcs.as_mut_ptr()) };
             if got < 0 {
                 return Err(fail("ibv_poll_cq", -got));
             }
             let got = (got as usize).min(want);
-            for w in &wcs[..got] {
+            for w in &self.wcs[..got] {
                 // Read each provider-written field once, then validate.
                 let (wr_id, status, qp_num) = (w.wr_id, w.status, w.qp_num);
                 let Some(track) = self.track(qp_num) else {
