@@ -740,3 +740,62 @@ fn recover_after_an_error_and_continue() {
         assert_eq!(&dst.as_mut_slice()[128..192], &src.as_slice()[128..192]);
     }
 }
+
+#[test]
+fn unsignaled_runs_never_wedge_the_queue() {
+    for (name, ip) in devices("unsignaled_runs_never_wedge_the_queue") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        let dst = p.pd.register(64, ALL_REMOTE).unwrap();
+        let sge = [src.sge(0, 8)];
+        let cap = p.a.send_space() as u64;
+        let total = 4 * cap;
+        let mut posted = 0u64;
+        let mut out = [Wc::default(); 16];
+        let t0 = Instant::now();
+        while posted < total {
+            let wr = SendWr::new(
+                posted,
+                SendOp::Write {
+                    remote: dst.remote(0),
+                },
+                &sge,
+                SendFlags::NONE,
+            );
+            match p.a.post_send(&[wr]) {
+                Ok(()) => posted += 1,
+                Err(e) => {
+                    assert_eq!(e.error, Error::SqFull, "{name}");
+                    // Only hidden forced signals complete: nothing is reported.
+                    assert_eq!(p.cq_a.poll(&mut p.a, &mut out).unwrap(), 0, "{name}");
+                }
+            }
+            assert!(
+                t0.elapsed() < WAIT,
+                "{name}: queue wedged after {posted} of {total}"
+            );
+        }
+        let wr = SendWr::new(
+            9999,
+            SendOp::Write {
+                remote: dst.remote(0),
+            },
+            &sge,
+            SendFlags::SIGNALED,
+        );
+        loop {
+            match p.a.post_send(&[wr]) {
+                Ok(()) => break,
+                Err(_) => assert_eq!(p.cq_a.poll(&mut p.a, &mut out).unwrap(), 0),
+            }
+            assert!(t0.elapsed() < WAIT, "{name}: no room for the last WR");
+        }
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status),
+            (9999, WcStatus::SUCCESS),
+            "{name}"
+        );
+        quiet(&mut p.cq_a, &mut p.a);
+    }
+}

@@ -547,9 +547,12 @@ impl PortableQp for VerbsQp {
                     & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
                 let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
                 self.unsignaled += 1;
-                // Force a completion at least every half queue, so
-                // unsignaled work cannot hold the whole queue forever.
-                if user_signaled || self.unsignaled >= (t.sq_cap / 2).max(1) {
+                // Force a completion when an unsignaled run would fill the
+                // queue, so unsignaled work cannot hold it forever: the WR
+                // in the last free slot asks for one. Earlier forcing would
+                // only add completions to users who signal one WR in N
+                // with N below the depth (perftest-style moderation).
+                if user_signaled || self.unsignaled >= t.sq_cap.max(1) {
                     w.send_flags |= SendFlags::SIGNALED.0;
                     self.unsignaled = 0;
                 }
