@@ -59,7 +59,7 @@ static void env_open(struct env *e, const rdd_soft_config *cfg, const rdd_qp_ini
     MUST(rdd_device_open_soft(cfg, &e->dev));
     MUST(rdd_pd_alloc(e->dev, &e->pd));
     for (i = 0; i < 2; i++) {
-        MUST(rdd_cq_create(e->dev, 64, &e->cq[i]));
+        MUST(rdd_cq_create(e->dev, 256, &e->cq[i]));
         MUST(rdd_qp_create(e->pd, e->cq[i], e->cq[i], init, &e->qp[i]));
         MUST(rdd_mr_reg(e->pd, BUF_LEN, mr_access, &e->mr[i]));
         MUST(rdd_mr_addr(e->mr[i], &addr));
@@ -640,7 +640,7 @@ static void test_destroyed_handles(void)
     MUST(rdd_device_open_soft(NULL, &dev2));
     MUST(rdd_pd_alloc(e.dev, &pd2));
     MUST(rdd_mr_reg(e.pd, 64, 0, &mr2));
-    MUST(rdd_cq_create(e.dev, 8, &cq2));
+    MUST(rdd_cq_create(e.dev, 256, &cq2));
     MUST(rdd_qp_create(e.pd, cq2, cq2, NULL, &qp2));
     CHECK_EQ(rdd_qp_destroy(qp2), RDD_STATUS_OK);
     CHECK_EQ(rdd_cq_destroy(cq2), RDD_STATUS_OK);
@@ -698,7 +698,7 @@ static void test_destroyed_handles(void)
     pingpong(&e, 2);
 
     /* A new object may reuse a slot; the old handle still fails. */
-    MUST(rdd_cq_create(e.dev, 8, &cq2));
+    MUST(rdd_cq_create(e.dev, 256, &cq2));
     CHECK_EQ(rdd_cq_arm(cq2, 0), RDD_STATUS_OK);
     CHECK_EQ(rdd_cq_destroy(cq2), RDD_STATUS_OK);
     CHECK_EQ(rdd_cq_destroy(cq2), RDD_STATUS_INVALID_HANDLE);
@@ -929,8 +929,8 @@ static void test_wrong_order(void)
 
     MUST(rdd_device_open_soft(NULL, &dev));
     MUST(rdd_pd_alloc(dev, &pd));
-    MUST(rdd_cq_create(dev, 8, &scq));
-    MUST(rdd_cq_create(dev, 8, &rcq));
+    MUST(rdd_cq_create(dev, 256, &scq));
+    MUST(rdd_cq_create(dev, 256, &rcq));
     MUST(rdd_mr_reg(pd, 128, RDD_ACCESS_LOCAL_WRITE, &mr));
     MUST(rdd_qp_create(pd, scq, rcq, NULL, &qp));
     CHECK_EQ(rdd_device_start(dev), RDD_STATUS_OK);
@@ -1014,7 +1014,7 @@ static void test_create_and_connect_errors(void)
 
     /* Objects of two devices do not mix. */
     MUST(rdd_device_open_soft(NULL, &dev2));
-    MUST(rdd_cq_create(dev2, 8, &cq2));
+    MUST(rdd_cq_create(dev2, 256, &cq2));
     CHECK_EQ(rdd_qp_create(e.pd, cq2, cq2, NULL, &qp), RDD_STATUS_INVALID_ARGUMENT);
     CHECK_EQ(rdd_qp_create(e.pd, e.cq[0], cq2, NULL, &qp), RDD_STATUS_INVALID_ARGUMENT);
     CHECK(qp == (rdd_qp *)(uintptr_t)1);
@@ -1128,6 +1128,50 @@ static void test_wait(void)
     env_close(&e);
 }
 
+/* The CQ sizing guard: a QP whose queues could overfill its CQ when
+ * flushed is refused with CQ_TOO_SMALL and charges nothing; destroying a
+ * QP gives its charge back; the opt-out lets it through. */
+static void test_cq_guard(void)
+{
+    rdd_device *dev;
+    rdd_pd *pd;
+    rdd_cq *cq;
+    rdd_qp *a, *b;
+    uint64_t depth = 0, committed = 99;
+    rdd_qp_init init;
+    memset(&init, 0, sizeof init);
+    init.max_send_wr = 64;
+    init.max_recv_wr = 64;
+    init.max_send_sge = 1;
+    init.max_recv_sge = 1;
+    MUST(rdd_device_open_soft(NULL, &dev));
+    MUST(rdd_pd_alloc(dev, &pd));
+    MUST(rdd_cq_create(dev, 64, &cq)); /* 128 entries */
+    CHECK_EQ(rdd_cq_budget(cq, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(depth, 128);
+    CHECK_EQ(committed, 0);
+    MUST(rdd_qp_create(pd, cq, cq, &init, &a)); /* 64 + 64: exactly fits */
+    CHECK_EQ(rdd_cq_budget(cq, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(committed, 128);
+    CHECK_EQ(rdd_qp_create(pd, cq, cq, &init, &b), RDD_STATUS_CQ_TOO_SMALL);
+    CHECK_EQ(rdd_cq_budget(cq, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(committed, 128);
+    MUST(rdd_qp_destroy(a));
+    CHECK_EQ(rdd_cq_budget(cq, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(committed, 0);
+    MUST(rdd_qp_create(pd, cq, cq, &init, &a));
+    CHECK_EQ(rdd_cq_set_unguarded(cq, 1), RDD_STATUS_OK);
+    MUST(rdd_qp_create(pd, cq, cq, &init, &b)); /* opted out: allowed */
+    CHECK_EQ(rdd_cq_budget(cq, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(committed, 256);
+    CHECK_EQ(rdd_cq_budget(cq, NULL, &committed), RDD_STATUS_NULL_PARAMETER);
+    MUST(rdd_qp_destroy(b));
+    MUST(rdd_qp_destroy(a));
+    MUST(rdd_cq_destroy(cq));
+    MUST(rdd_pd_free(pd));
+    MUST(rdd_device_close(dev));
+}
+
 int main(void)
 {
     test_pingpong_step();
@@ -1144,5 +1188,6 @@ int main(void)
     test_create_and_connect_errors();
     test_status_messages();
     test_wait();
+    test_cq_guard();
     return h_finish("test_object");
 }

@@ -70,7 +70,7 @@ Pd alloc_pd(const Device &dev)
 Cq create_cq(const Device &dev)
 {
     rdd_cq *c = nullptr;
-    must(rdd_cq_create(dev.get(), 64, &c), "rdd_cq_create");
+    must(rdd_cq_create(dev.get(), 256, &c), "rdd_cq_create");
     return Cq(c);
 }
 

@@ -1463,6 +1463,31 @@ rdd_status rdd_cq_poll(struct rdd_cq *cq,
                        size_t *out_count);
 
 /**
+ * Opts the CQ in (`unguarded` = 0, the default) or out (non-zero) of the
+ * sizing guard: `rdd_qp_create` refuses with `CQ_TOO_SMALL` a QP whose
+ * queues could, flushed at once, overfill a guarded CQ. Opt out only if
+ * you moderate completions yourself; an overrun loses completions.
+ *
+ * # Safety
+ * None beyond a handle from `rdd_cq_create`.
+ */
+rdd_status rdd_cq_set_unguarded(struct rdd_cq *cq,
+                                int unguarded);
+
+/**
+ * The CQ's depth and the worst-case completions its QPs could have
+ * outstanding (`*out_committed`): a QP refused with `CQ_TOO_SMALL` needs
+ * a CQ of at least `committed` + its own send and receive queue sizes.
+ *
+ * # Safety
+ * `out_depth` and `out_committed` are valid for a write of one
+ * `uint64_t` each.
+ */
+rdd_status rdd_cq_budget(const struct rdd_cq *cq,
+                         uint64_t *out_depth,
+                         uint64_t *out_committed);
+
+/**
  * Waits up to `timeout_ns` nanoseconds for completions, then polls them
  * like `rdd_cq_poll` (same `qps` rules): `*out_count` >= 1 and
  * `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (and `*out_count` = 0). Never

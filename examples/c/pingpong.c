@@ -67,7 +67,10 @@ static int step_mode;
 static void endpoint_open(struct endpoint *ep, rdd_pd *pd)
 {
     void *addr;
-    TRY(rdd_cq_create(dev, 16, &ep->cq));
+    /* Deep enough for the CQ guard's worst case: every WR the default
+     * queues can hold (64 sends of up to two basic blocks, 64 receives),
+     * flushed at once. */
+    TRY(rdd_cq_create(dev, 256, &ep->cq));
     TRY(rdd_qp_create(pd, ep->cq, ep->cq, NULL, &ep->qp));
     TRY(rdd_mr_reg(pd, 2 * MAX_MSG, RDD_ACCESS_LOCAL_WRITE, &ep->mr));
     TRY(rdd_mr_addr(ep->mr, &addr));

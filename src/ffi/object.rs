@@ -601,6 +601,8 @@ struct CqObj {
     backend: Arc<dyn Backend>,
     cqn: u32,
     cq: ExclusiveCell<CompletionQueue>,
+    /// The sizing guard's account.
+    budget: Arc<CqBudget>,
     /// The adaptive waiter's learnt state (`rdd_cq_wait`).
     adaptive: ExclusiveCell<crate::event::Adaptive>,
     /// Cloned once by every QP that completes here.
@@ -629,7 +631,41 @@ struct QpQueuesOwned {
     rq: RecvQueue,
 }
 
+/// A CQ's sizing-guard account (as `api::Cq`'s): its depth, the worst-case
+/// completions its QPs could have outstanding, and the opt-out.
+struct CqBudget {
+    capacity: u64,
+    committed: core::sync::atomic::AtomicU64,
+    unguarded: core::sync::atomic::AtomicBool,
+}
+
+impl CqBudget {
+    /// Adds `n` unless that would exceed the depth of a guarded CQ.
+    fn charge(&self, n: u64) -> bool {
+        use core::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a counter of the control path; the handle table's
+        // exclusive access to the CQ serialises QP creation on it anyway.
+        let unguarded = self.unguarded.load(Relaxed);
+        self.committed
+            .fetch_update(Relaxed, Relaxed, |c| {
+                (unguarded || c + n <= self.capacity).then_some(c + n)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: u64) {
+        // Relaxed: as in `charge`.
+        let _ = self.committed.fetch_update(
+            core::sync::atomic::Ordering::Relaxed,
+            core::sync::atomic::Ordering::Relaxed,
+            |c| Some(c.saturating_sub(n)),
+        );
+    }
+}
+
 struct QpObj {
+    /// What this QP charged to its CQs' budgets (released on drop).
+    charges: Vec<(Arc<CqBudget>, u64)>,
     backend: Arc<dyn Backend>,
     qpn: u32,
     caps: QpCaps,
@@ -650,6 +686,9 @@ impl Drop for QpObj {
         // The device stops touching the queues; the memory and the side
         // tables go with the fields afterwards.
         let _ = self.backend.destroy_qp(self.qpn);
+        for (b, n) in &self.charges {
+            b.release(*n);
+        }
     }
 }
 
@@ -1042,6 +1081,11 @@ pub unsafe extern "C" fn rdd_cq_create(
             dev: h(dev),
             backend: Arc::clone(&d.backend),
             cqn: raw.cqn,
+            budget: Arc::new(CqBudget {
+                capacity: u64::from(cq.cqe_cnt()),
+                committed: core::sync::atomic::AtomicU64::new(0),
+                unguarded: core::sync::atomic::AtomicBool::new(false),
+            }),
             cq: ExclusiveCell(cq),
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
             link: Arc::new(()),
@@ -1204,6 +1248,60 @@ unsafe fn route_list(
         list.push(g);
     }
     Ok(list)
+}
+
+/// Opts the CQ in (`unguarded` = 0, the default) or out (non-zero) of the
+/// sizing guard: `rdd_qp_create` refuses with `CQ_TOO_SMALL` a QP whose
+/// queues could, flushed at once, overfill a guarded CQ. Opt out only if
+/// you moderate completions yourself; an overrun loses completions.
+///
+/// # Safety
+/// None beyond a handle from `rdd_cq_create`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_cq_set_unguarded(
+    cq: *mut rdd_cq,
+    unguarded: core::ffi::c_int,
+) -> rdd_status {
+    ffi_boundary!({
+        let c = try_status!(shared::<CqObj>(h(cq)));
+        // Relaxed: a setting read on the control path.
+        c.budget
+            .unguarded
+            .store(unguarded != 0, core::sync::atomic::Ordering::Relaxed);
+        rdd_status::Ok
+    })
+}
+
+/// The CQ's depth and the worst-case completions its QPs could have
+/// outstanding (`*out_committed`): a QP refused with `CQ_TOO_SMALL` needs
+/// a CQ of at least `committed` + its own send and receive queue sizes.
+///
+/// # Safety
+/// `out_depth` and `out_committed` are valid for a write of one
+/// `uint64_t` each.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_cq_budget(
+    cq: *const rdd_cq,
+    out_depth: *mut u64,
+    out_committed: *mut u64,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_depth);
+        non_null!(out_committed);
+        let c = try_status!(shared::<CqObj>(h(cq)));
+        // SAFETY: non-NULL (checked), writable (caller contract).
+        unsafe {
+            put(out_depth, c.budget.capacity);
+            // Relaxed: a snapshot.
+            put(
+                out_committed,
+                c.budget
+                    .committed
+                    .load(core::sync::atomic::Ordering::Relaxed),
+            );
+        }
+        rdd_status::Ok
+    })
 }
 
 /// `rdd_cq_wait` modes.
@@ -1476,6 +1574,31 @@ pub unsafe extern "C" fn rdd_qp_create(
                 return e;
             }
         };
+        // The CQ sizing guard (as `api::Pd::create_qp`): every WR the
+        // queues can hold may complete at once (a flush), so each CQ must
+        // hold the sum over its QPs.
+        let (sq_need, rq_need) = (u64::from(dv.sq_wqe_cnt), u64::from(dv.rq_wqe_cnt));
+        let charges = match &rcq {
+            None if scq.budget.charge(sq_need + rq_need) => {
+                vec![(Arc::clone(&scq.budget), sq_need + rq_need)]
+            }
+            Some(r) if scq.budget.charge(sq_need) => {
+                if r.budget.charge(rq_need) {
+                    vec![
+                        (Arc::clone(&scq.budget), sq_need),
+                        (Arc::clone(&r.budget), rq_need),
+                    ]
+                } else {
+                    scq.budget.release(sq_need);
+                    Vec::new()
+                }
+            }
+            _ => Vec::new(),
+        };
+        if charges.is_empty() {
+            let _ = b.destroy_qp(raw.qpn);
+            return rdd_status::CqTooSmall;
+        }
         sq.set_state(QpState::Reset);
         rq.set_state(QpState::Reset);
         let mut cq_links = vec![Arc::clone(&scq.link)];
@@ -1483,6 +1606,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             cq_links.push(Arc::clone(&r.link));
         }
         let obj = Box::new(QpObj {
+            charges,
             backend: Arc::clone(b),
             qpn: raw.qpn,
             caps: raw.caps,
