@@ -1994,7 +1994,7 @@ mod tests {
             ok(rdd_device_open_soft(ptr::null(), &mut p.dev));
             ok(rdd_pd_alloc(p.dev, &mut p.pd));
             for i in 0..2 {
-                ok(rdd_cq_create(p.dev, 16, &mut p.cq[i]));
+                ok(rdd_cq_create(p.dev, 256, &mut p.cq[i]));
                 ok(rdd_qp_create(
                     p.pd,
                     p.cq[i],
