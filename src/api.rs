@@ -791,9 +791,7 @@ impl<B: Backend> Cq<B> {
         let n = self.inner.b.cq_event_consume(self.inner.cqn)?;
         if let CqPath::Mlx5(cq) = &mut self.cq {
             // Each delivered event advances the arm sequence number.
-            for _ in 0..n.min(4) {
-                cq.event_consumed();
-            }
+            cq.events_consumed(n);
         }
         Ok(n)
     }

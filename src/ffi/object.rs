@@ -1328,9 +1328,7 @@ impl crate::event::Waitable for FfiWaitable<'_> {
     }
     fn consume(&mut self) -> crate::error::Result<u32> {
         let n = self.backend.cq_event_consume(self.cqn)?;
-        for _ in 0..n.min(4) {
-            self.cq.event_consumed();
-        }
+        self.cq.events_consumed(n);
         Ok(n)
     }
     fn fd(&self) -> crate::error::Result<i32> {

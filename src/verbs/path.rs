@@ -165,27 +165,17 @@ impl QpTrack {
         self.state.load(Ordering::Relaxed)
     }
 
-    /// Marks sends `[from, to)` as refused (see [`REFUSED`]).
-    fn refuse_sends(&self, from: u64, to: u64) {
+    /// Marks the WRs `[from, to)` of one queue (`slots`, `mask`, its
+    /// posted counter) as refused (see [`REFUSED`]).
+    fn refuse(slots: &[Slot], mask: u64, posted: &AtomicU64, from: u64, to: u64) {
         for seq in from..to {
-            // Relaxed, then a Release store of sq_posted (already covering
-            // these) republishes the flags.
-            self.sq[(seq & self.sq_mask) as usize]
+            // Relaxed, then a Release store of the posted counter (already
+            // covering these) republishes the flags.
+            slots[(seq & mask) as usize]
                 .flags
                 .store(REFUSED, Ordering::Relaxed);
         }
-        self.sq_posted.store(to, Ordering::Release);
-    }
-
-    /// Marks receives `[from, to)` as refused.
-    fn refuse_recvs(&self, from: u64, to: u64) {
-        for seq in from..to {
-            // Relaxed: as in `refuse_sends`.
-            self.rq[(seq & self.rq_mask) as usize]
-                .flags
-                .store(REFUSED, Ordering::Relaxed);
-        }
-        self.rq_posted.store(to, Ordering::Release);
+        posted.store(to, Ordering::Release);
     }
 
     /// Sends posted and not yet retired.
@@ -441,6 +431,24 @@ fn fill_send(
     Ok(())
 }
 
+/// The first SGE's address and lkey, and the total length, of a list.
+fn first_and_total(sges: &[crate::wr::Sge]) -> (u64, u32, u32) {
+    let (addr, lkey) = sges.first().map_or((0, 0), |s| (s.addr, s.lkey));
+    let len = sges.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+    (addr, lkey, len)
+}
+
+/// Index in `chain` (of `n` linked WRs) of the WR the provider refused
+/// (`bad`; NULL means it refused the whole chain).
+fn bad_index<T>(bad: *mut T, chain: *const T, n: usize) -> usize {
+    if bad.is_null() {
+        return 0;
+    }
+    // SAFETY: the provider sets `bad` to an element of the chain it was
+    // given, which lives in `chain`'s array; the result is clamped anyway.
+    (unsafe { bad.cast_const().offset_from(chain) }).clamp(0, n as isize) as usize
+}
+
 /// Stores a send WR's shape in its slot.
 fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
     let (raddr, rkey) = wr.op.remote().map_or((0, 0), |r| (r.addr, r.rkey));
@@ -453,8 +461,7 @@ fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
     };
     match wr.payload {
         Payload::Sges(list) => {
-            let (la, lk) = list.first().map_or((0, 0), |s| (s.addr, s.lkey));
-            let len = list.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+            let (la, lk, len) = first_and_total(list);
             slot.describe(la, raddr, len, lk, rkey, op.0, false);
         }
         Payload::Inline(pieces) => {
@@ -585,18 +592,19 @@ impl PortableQp for VerbsQp {
                 // the provider before it returns.
                 let ret = unsafe { post_send_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
                 if ret != 0 {
-                    let idx = if bad.is_null() {
-                        0
-                    } else {
-                        // SAFETY: `bad` points into `chain`.
-                        (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
-                    };
+                    let idx = bad_index(bad, chain.as_ptr(), n);
                     // The user is told WRs idx.. were not posted. Some
                     // providers queue them anyway and flush them later, so
                     // keep their sequence numbers and mark them: their
                     // completions (if any) are retired silently, and a
                     // later completion or a RESET retires them otherwise.
-                    t.refuse_sends(base + idx as u64, base + n as u64);
+                    QpTrack::refuse(
+                        &t.sq,
+                        t.sq_mask,
+                        &t.sq_posted,
+                        base + idx as u64,
+                        base + n as u64,
+                    );
                     return Err(PostError {
                         index: done + idx,
                         error: fail("ibv_post_send", ret.abs()),
@@ -673,8 +681,7 @@ impl PortableQp for VerbsQp {
                     num_sge: (used - first) as i32,
                 };
                 let slot = &t.rq[(seq & t.rq_mask) as usize];
-                let (la, lk) = wr.sges.first().map_or((0, 0), |s| (s.addr, s.lkey));
-                let len = wr.sges.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
+                let (la, lk, len) = first_and_total(wr.sges);
                 slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
                 // Relaxed: published by the Release store of rq_posted.
                 slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
@@ -694,14 +701,15 @@ impl PortableQp for VerbsQp {
                 // above.
                 let ret = unsafe { post_recv_raw(self.qp, chain.as_mut_ptr(), &mut bad) };
                 if ret != 0 {
-                    let idx = if bad.is_null() {
-                        0
-                    } else {
-                        // SAFETY: `bad` points into `chain`.
-                        (unsafe { bad.offset_from(chain.as_ptr()) }).clamp(0, n as isize) as usize
-                    };
+                    let idx = bad_index(bad, chain.as_ptr(), n);
                     // As for sends.
-                    t.refuse_recvs(base + idx as u64, base + n as u64);
+                    QpTrack::refuse(
+                        &t.rq,
+                        t.rq_mask,
+                        &t.rq_posted,
+                        base + idx as u64,
+                        base + n as u64,
+                    );
                     return Err(PostError {
                         index: done + idx,
                         error: fail("ibv_post_recv", ret.abs()),

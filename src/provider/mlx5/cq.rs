@@ -983,6 +983,12 @@ impl CompletionQueue {
     pub fn event_consumed(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
+
+    /// Records `n` consumed CQ events (the arm sequence number is 2 bits:
+    /// only `n` mod 4 matters).
+    pub fn events_consumed(&mut self, n: u32) {
+        self.arm_sn = self.arm_sn.wrapping_add(n & 3);
+    }
 }
 
 #[cfg(test)]
