@@ -1172,6 +1172,91 @@ static void test_cq_guard(void)
     MUST(rdd_device_close(dev));
 }
 
+/* The run-time half of the guard: on an unguarded CQ, posting counts the
+ * completions the work will produce (signaled sends, receives, one spare
+ * for a CQE the signalling guard may add) against the CQ's depth and
+ * refuses what could overrun it with CQ_FULL; polling gives room back. */
+static void test_cq_headroom(void)
+{
+    struct env e;
+    rdd_cq *small;
+    rdd_qp_info info[2];
+    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0};
+    rdd_qp_init init;
+    rdd_wc wc[32];
+    rdd_wr w[20];
+    rdd_recv_wr r[2];
+    rdd_sge s;
+    size_t bad = 0, n = 0, got = 0, work = 0;
+    uint64_t depth = 0, committed = 0;
+    int i;
+    void *addr;
+
+    memset(&init, 0, sizeof init);
+    init.max_send_wr = 64;
+    init.max_recv_wr = 64;
+    init.max_send_sge = 1;
+    init.max_recv_sge = 1;
+    memset(&e, 0, sizeof e);
+    MUST(rdd_device_open_soft(NULL, &e.dev));
+    MUST(rdd_pd_alloc(e.dev, &e.pd));
+    MUST(rdd_cq_create(e.dev, 8, &small)); /* 16 entries */
+    CHECK_EQ(rdd_cq_budget(small, &depth, &committed), RDD_STATUS_OK);
+    CHECK_EQ(depth, 16);
+    CHECK_EQ(rdd_cq_set_unguarded(small, 1), RDD_STATUS_OK);
+    e.cq[0] = small;
+    MUST(rdd_cq_create(e.dev, 256, &e.cq[1]));
+    for (i = 0; i < 2; i++) {
+        MUST(rdd_qp_create(e.pd, e.cq[i], e.cq[i], &init, &e.qp[i]));
+        MUST(rdd_mr_reg(e.pd, BUF_LEN, RDD_ACCESS_LOCAL_WRITE | RDD_ACCESS_REMOTE_WRITE,
+                        &e.mr[i]));
+        MUST(rdd_mr_addr(e.mr[i], &addr));
+        e.buf[i] = (uint8_t *)addr;
+        MUST(rdd_mr_lkey(e.mr[i], &e.lkey[i]));
+        MUST(rdd_mr_rkey(e.mr[i], &e.rkey[i]));
+        MUST(rdd_qp_query_info(e.qp[i], &info[i]));
+    }
+    MUST(rdd_qp_connect(e.qp[0], &info[1], &attr));
+    MUST(rdd_qp_connect(e.qp[1], &info[0], &attr));
+
+    s = sge_at(&e, 0, 0, 8);
+    for (i = 0; i < 20; i++) {
+        w[i] = wr_make((uint64_t)i, RDD_WR_RDMA_WRITE, RDD_SEND_SIGNALED, &s, 1);
+        w[i].remote_addr = (uint64_t)(uintptr_t)e.buf[1];
+        w[i].rkey = e.rkey[1];
+    }
+    /* 15 signaled WRITEs fit a 16-entry CQ (one entry stays spare). */
+    CHECK_EQ(rdd_qp_post_send(e.qp[0], w, 20, &bad), RDD_STATUS_CQ_FULL);
+    CHECK_EQ(bad, 15);
+    /* Unsignaled work is still accepted. */
+    w[0].flags = 0;
+    CHECK_EQ(rdd_qp_post_send(e.qp[0], w, 1, &bad), RDD_STATUS_OK);
+    w[0].flags = RDD_SEND_SIGNALED;
+    /* One receive still fits, a second does not. */
+    r[0] = recv_make(70, &s, 1);
+    r[1] = recv_make(71, &s, 1);
+    CHECK_EQ(rdd_qp_post_recv(e.qp[0], r, 2, &bad), RDD_STATUS_CQ_FULL);
+    CHECK_EQ(bad, 1);
+    for (i = 0; i < 64 && got < 15; i++) {
+        MUST(rdd_device_step(e.dev, &work));
+        n = 0;
+        MUST(rdd_cq_poll(e.cq[0], &e.qp[0], 1, wc, 32, &n));
+        got += n;
+    }
+    CHECK_EQ(got, 15);
+    /* The room is back. */
+    CHECK_EQ(rdd_qp_post_send(e.qp[0], &w[15], 5, &bad), RDD_STATUS_OK);
+    got = 0;
+    for (i = 0; i < 64 && got < 5; i++) {
+        MUST(rdd_device_step(e.dev, &work));
+        n = 0;
+        MUST(rdd_cq_poll(e.cq[0], &e.qp[0], 1, wc, 32, &n));
+        got += n;
+    }
+    CHECK_EQ(got, 5);
+    env_close(&e);
+}
+
 int main(void)
 {
     test_pingpong_step();
@@ -1189,5 +1274,6 @@ int main(void)
     test_status_messages();
     test_wait();
     test_cq_guard();
+    test_cq_headroom();
     return h_finish("test_object");
 }

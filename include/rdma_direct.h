@@ -483,6 +483,10 @@ enum rdd_status
      */
     RDD_STATUS_CQ_TOO_SMALL = 1411,
     /**
+     * Posting could overrun an unguarded CQ: poll it first.
+     */
+    RDD_STATUS_CQ_FULL = 1412,
+    /**
      * A required pointer parameter was NULL; nothing happened.
      */
     RDD_STATUS_NULL_PARAMETER = 2001,

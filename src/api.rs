@@ -350,7 +350,109 @@ struct CqInner<B: Backend> {
     committed: std::sync::Mutex<u64>,
     /// The owner moderates completions itself: no sizing guard.
     unguarded: core::sync::atomic::AtomicBool,
+    /// The run-time headroom check of an unguarded CQ.
+    headroom: Headroom,
     _keep: Arc<dyn Any + Send + Sync>,
+}
+
+impl<B: Backend> CqInner<B> {
+    /// Whether posts must check this CQ's headroom (it opted out of the
+    /// sizing guard, so its QPs could overrun it).
+    #[inline(always)]
+    fn metered(&self) -> bool {
+        // Relaxed: a setting, changed on the control path.
+        self.unguarded.load(Ordering::Relaxed)
+    }
+
+    fn reserve(&self, want: u64) -> u64 {
+        self.headroom.reserve(want)
+    }
+
+    fn unreserve(&self, n: u64) {
+        self.headroom.unreserve(n)
+    }
+}
+
+/// Completions expected on a CQ that opted out of the sizing guard and
+/// not yet polled: the run-time headroom check (shared with the C object
+/// API). Counted only while the CQ is unguarded.
+pub(crate) struct Headroom {
+    capacity: u64,
+    inflight: core::sync::atomic::AtomicU64,
+}
+
+impl Headroom {
+    /// An empty account for a CQ of `capacity` entries.
+    pub(crate) fn new(capacity: u64) -> Headroom {
+        Headroom {
+            capacity,
+            inflight: core::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Reserves room for up to `want` completions; returns how many fit.
+    pub(crate) fn reserve(&self, want: u64) -> u64 {
+        let cap = self.capacity;
+        // Relaxed throughout: the counter publishes no memory, it is only
+        // arithmetic; the CAS keeps concurrent posters on one CQ from both
+        // taking the last room.
+        let mut cur = self.inflight.load(Ordering::Relaxed);
+        loop {
+            let got = want.min(cap.saturating_sub(cur));
+            if got == 0 {
+                return 0;
+            }
+            match self.inflight.compare_exchange_weak(
+                cur,
+                cur + got,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return got,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Gives back `n` completions' room (unused reservations, polled CQEs).
+    /// Saturates at zero: a CQE nobody reserved (an error on an unsignaled
+    /// WR) must not make later checks lenient.
+    pub(crate) fn unreserve(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        // Relaxed: as in `reserve`.
+        let _ = self
+            .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_sub(n))
+            });
+    }
+}
+
+/// Signaled WRs among `wrs` (each will produce a completion).
+fn signaled(wrs: &[SendWr<'_>]) -> u64 {
+    wrs.iter()
+        .filter(|w| w.flags.contains(crate::wr::SendFlags::SIGNALED))
+        .count() as u64
+}
+
+/// The longest prefix of `wrs` whose signaled WRs, plus `extra`, fit in
+/// `room` completions.
+fn fitting_prefix(wrs: &[SendWr<'_>], extra: u64, room: u64) -> usize {
+    let mut used = extra;
+    if used > room {
+        return 0;
+    }
+    for (i, w) in wrs.iter().enumerate() {
+        if w.flags.contains(crate::wr::SendFlags::SIGNALED) {
+            used += 1;
+            if used > room {
+                return i;
+            }
+        }
+    }
+    wrs.len()
 }
 
 impl<B: Backend> Drop for CqInner<B> {
@@ -550,18 +652,20 @@ impl<B: Backend> Device<B> {
             }
             RawCqPath::Portable(p) => CqPath::Portable(p),
         };
+        let capacity = match &cq {
+            CqPath::Mlx5(c) => c.cqe_cnt(),
+            CqPath::Portable(p) => p.depth(),
+        };
         Ok(Cq {
             adaptive: Adaptive::new(AdaptiveConfig::default()),
             inner: Arc::new(CqInner {
                 b: Arc::clone(&self.b),
                 cqn: raw.cqn,
                 users: AtomicU32::new(0),
-                capacity: match &cq {
-                    CqPath::Mlx5(c) => c.cqe_cnt(),
-                    CqPath::Portable(p) => p.depth(),
-                },
+                capacity,
                 committed: std::sync::Mutex::new(0),
                 unguarded: core::sync::atomic::AtomicBool::new(false),
+                headroom: Headroom::new(u64::from(capacity)),
                 _keep: raw.keep,
             }),
             cq,
@@ -762,10 +866,42 @@ impl<B: Backend> Cq<B> {
     /// On a portable CQ (provider-polled) the route is not needed: the
     /// provider retires queue space itself.
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        if self.inner.metered() {
+            return self.poll_metered(|cq, out| cq.poll(route, out), out);
+        }
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.poll(route, out),
             CqPath::Portable(p) => p.poll(out),
         }
+    }
+
+    /// Polls an unguarded CQ and gives the consumed completions' room back
+    /// to the posters' headroom check.
+    #[cold]
+    fn poll_metered(
+        &mut self,
+        mlx5: impl FnOnce(&mut CompletionQueue, &mut [Wc]) -> Result<usize>,
+        out: &mut [Wc],
+    ) -> Result<usize> {
+        let (r, consumed) = match &mut self.cq {
+            CqPath::Mlx5(cq) => {
+                // Every CQE consumed counts (forced signals the poller
+                // retires without reporting included): the consumer index.
+                let ci = cq.consumer_index();
+                let r = mlx5(cq, out);
+                (r, cq.consumer_index().wrapping_sub(ci))
+            }
+            CqPath::Portable(p) => {
+                // The portable path reports every completion it was asked
+                // for (its own forced signals are neither counted at post
+                // nor reported here).
+                let r = p.poll(out);
+                let n = *r.as_ref().unwrap_or(&0) as u32;
+                (r, n)
+            }
+        };
+        self.inner.unreserve(u64::from(consumed));
+        r
     }
 }
 
@@ -817,8 +953,17 @@ impl<B: Backend> Cq<B> {
     /// Opts this CQ out of the sizing guard: [`Pd::create_qp`] no longer
     /// refuses QPs that could overrun it. For owners that moderate
     /// completions themselves (signal rarely, never flush more than the
-    /// CQ holds). An overrun then loses completions: the software device
-    /// reports `CqOverrun`, hardware moves the CQ to an error state.
+    /// CQ holds). A flush can then still overrun it and lose completions:
+    /// the software device reports `CqOverrun`, hardware moves the CQ to an
+    /// error state.
+    ///
+    /// In normal operation an unguarded CQ is still protected at run time:
+    /// posts count the completions their WRs will produce (signaled sends,
+    /// every receive, and a CQE the signalling guard may add) against the
+    /// CQ's headroom, polls give the room back, and a WR whose completion
+    /// might not fit is refused with [`Error::CqFull`] (the WRs before it
+    /// are posted). Opt out before posting on the CQ's QPs: work posted
+    /// while the CQ was guarded is not counted.
     pub fn set_unguarded(&self, unguarded: bool) {
         // Relaxed: a setting read on the control path.
         self.inner.unguarded.store(unguarded, Ordering::Relaxed);
@@ -1028,6 +1173,9 @@ impl<B: Backend> Qp<B> {
     /// WR's index. Nothing is written for the failed WR.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        if self._send_cq.metered() {
+            return self.post_send_metered(wrs);
+        }
         match &mut self.path {
             // SAFETY: SGEs only reach the device, which checks every one
             // against registered regions (lkey, bounds, PD, access) before
@@ -1040,6 +1188,11 @@ impl<B: Backend> Qp<B> {
     /// Posts one send WR and rings the doorbell.
     #[inline]
     pub fn post_send_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        if self._send_cq.metered() {
+            return self
+                .post_send_metered(core::slice::from_ref(wr))
+                .map_err(|e| e.error);
+        }
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.sq.post_one(wr) },
@@ -1050,11 +1203,84 @@ impl<B: Backend> Qp<B> {
     /// Posts receive WRs with one doorbell-record update.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        if self._recv_cq.metered() {
+            return self.post_recv_metered(wrs);
+        }
+        self.post_recv_raw(wrs)
+    }
+
+    #[inline(always)]
+    fn post_recv_raw(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.rq.post_list(wrs) },
             QpPath::Portable(p) => p.post_recv(wrs),
         }
+    }
+
+    /// `post_send` on a QP whose send CQ opted out of the sizing guard:
+    /// posts only the WRs whose completions fit in the CQ's headroom, and
+    /// refuses the first one that does not with [`Error::CqFull`].
+    #[cold]
+    fn post_send_metered(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        // The mlx5 core may add one CQE of its own at the doorbell (the
+        // signalling guard, §A.9); room for it is kept back.
+        let extra = u64::from(matches!(self.path, QpPath::Mlx5(_)));
+        let want = signaled(wrs) + extra;
+        let cq = Arc::clone(&self._send_cq);
+        let got = cq.reserve(want);
+        let n = if got == want {
+            wrs.len()
+        } else {
+            fitting_prefix(wrs, extra, got)
+        };
+        let (r, forced) = match &mut self.path {
+            QpPath::Mlx5(q) => {
+                let f = q.sq.forced_signals();
+                // SAFETY: as in `post_send`.
+                let r = unsafe { q.sq.post_list(&wrs[..n]) };
+                (r, q.sq.forced_signals().wrapping_sub(f))
+            }
+            QpPath::Portable(p) => (p.post_send(&wrs[..n]), 0),
+        };
+        let posted = match &r {
+            Ok(()) => n,
+            Err(e) => e.index,
+        };
+        let used = signaled(&wrs[..posted]) + u64::from(forced);
+        cq.unreserve(got.saturating_sub(used));
+        r?;
+        if n < wrs.len() {
+            return Err(PostError {
+                index: n,
+                error: Error::CqFull,
+            });
+        }
+        Ok(())
+    }
+
+    /// `post_recv` on a QP whose receive CQ opted out of the sizing guard
+    /// (every receive completes once).
+    #[cold]
+    fn post_recv_metered(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        let want = wrs.len() as u64;
+        let cq = Arc::clone(&self._recv_cq);
+        let got = cq.reserve(want);
+        let n = got as usize;
+        let r = self.post_recv_raw(&wrs[..n]);
+        let posted = match &r {
+            Ok(()) => n,
+            Err(e) => e.index,
+        };
+        cq.unreserve(got - posted as u64);
+        r?;
+        if n < wrs.len() {
+            return Err(PostError {
+                index: n,
+                error: Error::CqFull,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -1391,14 +1617,51 @@ impl<B: Backend> SharedQp<B> {
     /// [`Error::SqFull`]; nothing blocks.
     #[inline]
     pub fn post_send_one(&self, wr: &SendWr<'_>) -> Result<()> {
+        if self._send_cq.metered() {
+            return self
+                .post_send_metered(core::slice::from_ref(wr))
+                .map_err(|e| e.error);
+        }
         // SAFETY: as in `Qp::post_send`: the device checks every SGE.
         unsafe { self.sq.post(wr) }
     }
     /// Posts several send WRs (stops at the first refused one).
     #[inline]
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        if self._send_cq.metered() {
+            return self.post_send_metered(wrs);
+        }
         // SAFETY: as in `Qp::post_send`.
         unsafe { self.sq.post_list(wrs) }
+    }
+
+    /// As `Qp::post_send_metered` (the shared ring never adds CQEs of its
+    /// own: a WQE requests a CQE only if its WR is signaled).
+    #[cold]
+    fn post_send_metered(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        let want = signaled(wrs);
+        let got = self._send_cq.reserve(want);
+        let n = if got == want {
+            wrs.len()
+        } else {
+            fitting_prefix(wrs, 0, got)
+        };
+        // SAFETY: as in `Qp::post_send`.
+        let r = unsafe { self.sq.post_list(&wrs[..n]) };
+        let posted = match &r {
+            Ok(()) => n,
+            Err(e) => e.index,
+        };
+        self._send_cq
+            .unreserve(got.saturating_sub(signaled(&wrs[..posted])));
+        r?;
+        if n < wrs.len() {
+            return Err(PostError {
+                index: n,
+                error: Error::CqFull,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -1456,6 +1719,9 @@ impl<B: Backend> Cq<B> {
         route: &mut R,
         out: &mut [Wc],
     ) -> Result<usize> {
+        if self.inner.metered() {
+            return self.poll_metered(|cq, out| cq.poll_to(route, out), out);
+        }
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.poll_to(route, out),
             // Shared QPs exist only on the mlx5 path; a portable CQ has

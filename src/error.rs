@@ -95,6 +95,10 @@ pub enum Error {
     /// deeper CQ is needed (`Cq::depth_needed`), or an explicit opt-out
     /// (`Cq::set_unguarded`).
     CqTooSmall = 1411,
+    /// Posting this WR could overrun a CQ that opted out of the sizing
+    /// guard (`Cq::set_unguarded`): the completions already expected on it
+    /// fill it. Poll the CQ, then post again.
+    CqFull = 1412,
 
     // ---- 1300..1399: completions (device-written memory is untrusted) ----
     /// A compressed CQE (format 3). Compression is never requested by this
@@ -144,6 +148,7 @@ impl Error {
             1409 => Error::ProviderError,
             1410 => Error::ProtocolError,
             1411 => Error::CqTooSmall,
+            1412 => Error::CqFull,
             1301 => Error::CqeCompressed,
             1302 => Error::CqeCorrupt,
             _ => return None,
@@ -182,6 +187,7 @@ impl Error {
             Error::CqTooSmall => {
                 "CQ too small for the worst case of outstanding completions of its QPs"
             }
+            Error::CqFull => "the CQ has no headroom for this WR's completion: poll it first",
             Error::CqeCompressed => "compressed CQE: compression is not supported",
             Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
         }
@@ -257,6 +263,7 @@ mod tests {
             Error::ProviderError,
             Error::ProtocolError,
             Error::CqTooSmall,
+            Error::CqFull,
             Error::CqeCompressed,
             Error::CqeCorrupt,
         ];

@@ -654,11 +654,15 @@ fn cq_overrun_is_reported_not_overwritten() {
         ConnectAttr::default(),
         ConnectAttr::default(),
     );
-    // depth 3 -> 4 entries.
+    // depth 3 -> 4 entries. Six signaled NOPs would be refused by the
+    // API's run-time headroom check (`CqFull` after three, see
+    // tests/cq_guard.rs); unsignaled ones are not counted, and a flush
+    // completes all six at once.
     for i in 0..6 {
-        p.a.post_send_one(&SendWr::new(i, SendOp::Nop, &[], SendFlags::SIGNALED))
+        p.a.post_send_one(&SendWr::new(i, SendOp::Nop, &[], SendFlags::NONE))
             .unwrap();
     }
+    p.a.modify(&QpModify::to(QpState::Error)).unwrap();
     p.run();
     assert_eq!(
         p.dev.backend().poll_async_event(),

@@ -51,7 +51,7 @@ use std::vec::Vec;
 
 use static_assertions::{const_assert, const_assert_eq};
 
-use crate::api::{Backend, MrKeys, RawCqPath, RawQpPath};
+use crate::api::{Backend, Headroom, MrKeys, RawCqPath, RawQpPath};
 use crate::ffi::mlx5::{rdd_qp_caps, rdd_wc, RDD_MLX5_CQ_ARM_SOLICITED};
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{parse_recv, parse_send, rdd_recv_wr, rdd_wr, NO_PIECES};
@@ -637,9 +637,18 @@ struct CqBudget {
     capacity: u64,
     committed: core::sync::atomic::AtomicU64,
     unguarded: core::sync::atomic::AtomicBool,
+    /// The run-time check of an unguarded CQ (as `api::Cq`'s).
+    headroom: Headroom,
 }
 
 impl CqBudget {
+    /// Whether posts must check the CQ's headroom.
+    #[inline(always)]
+    fn metered(&self) -> bool {
+        // Relaxed: a setting, changed on the control path.
+        self.unguarded.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Adds `n` unless that would exceed the depth of a guarded CQ.
     fn charge(&self, n: u64) -> bool {
         use core::sync::atomic::Ordering::Relaxed;
@@ -666,6 +675,9 @@ impl CqBudget {
 struct QpObj {
     /// What this QP charged to its CQs' budgets (released on drop).
     charges: Vec<(Arc<CqBudget>, u64)>,
+    /// The send and receive CQs' accounts (run-time headroom).
+    send_budget: Arc<CqBudget>,
+    recv_budget: Arc<CqBudget>,
     backend: Arc<dyn Backend>,
     qpn: u32,
     caps: QpCaps,
@@ -1085,6 +1097,7 @@ pub unsafe extern "C" fn rdd_cq_create(
                 capacity: u64::from(cq.cqe_cnt()),
                 committed: core::sync::atomic::AtomicU64::new(0),
                 unguarded: core::sync::atomic::AtomicBool::new(false),
+                headroom: Headroom::new(u64::from(cq.cqe_cnt())),
             }),
             cq: ExclusiveCell(cq),
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
@@ -1205,7 +1218,8 @@ pub unsafe extern "C" fn rdd_cq_poll(
         // (checked / caller contract); `rdd_wc` has the layout of `Wc`
         // (asserted in the mlx5 module) and every bit pattern is valid.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
-        match c.cq.get_mut().poll(&mut list, out_wc) {
+        let budget = Arc::clone(&c.budget);
+        match poll_counted(c.cq.get_mut(), &budget, &mut list, out_wc) {
             Ok(count) => {
                 // SAFETY: non-NULL (checked), writable (caller contract).
                 unsafe { put(out_count, count) };
@@ -1214,6 +1228,25 @@ pub unsafe extern "C" fn rdd_cq_poll(
             Err(e) => e.into(),
         }
     })
+}
+
+/// Polls, and on an unguarded CQ gives every consumed CQE's room back to
+/// the posters' headroom check (forced signals the poller retires without
+/// reporting included: the consumer index counts them).
+fn poll_counted(
+    cq: &mut CompletionQueue,
+    budget: &CqBudget,
+    list: &mut QpList,
+    out: &mut [Wc],
+) -> crate::error::Result<usize> {
+    if !budget.metered() {
+        return cq.poll(list, out);
+    }
+    let ci = cq.consumer_index();
+    let r = cq.poll(list, out);
+    let consumed = cq.consumer_index().wrapping_sub(ci);
+    budget.headroom.unreserve(u64::from(consumed));
+    r
 }
 
 /// The QPs a poll routes to: every QP attached to the CQ, each exactly
@@ -1314,6 +1347,7 @@ pub const RDD_WAIT_ADAPTIVE: u32 = 2;
 /// A CQ as `event::wait` drives it from C.
 struct FfiWaitable<'a> {
     cq: &'a mut CompletionQueue,
+    budget: &'a CqBudget,
     list: &'a mut QpList,
     backend: &'a dyn Backend,
     cqn: u32,
@@ -1321,7 +1355,7 @@ struct FfiWaitable<'a> {
 
 impl crate::event::Waitable for FfiWaitable<'_> {
     fn poll(&mut self, out: &mut [Wc]) -> crate::error::Result<usize> {
-        self.cq.poll(self.list, out)
+        poll_counted(self.cq, self.budget, self.list, out)
     }
     fn arm(&mut self) -> crate::error::Result<()> {
         self.cq.arm(false)
@@ -1376,11 +1410,13 @@ pub unsafe extern "C" fn rdd_cq_wait(
         // SAFETY: as in `rdd_cq_poll`.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let backend = Arc::clone(&c.backend);
+        let budget = Arc::clone(&c.budget);
         let cqn = c.cqn;
         let mut adaptive = *c.adaptive.get_mut();
         let r = crate::event::wait(
             &mut FfiWaitable {
                 cq: c.cq.get_mut(),
+                budget: &budget,
                 list: &mut list,
                 backend: &*backend,
                 cqn,
@@ -1603,8 +1639,12 @@ pub unsafe extern "C" fn rdd_qp_create(
         if let Some(r) = &rcq {
             cq_links.push(Arc::clone(&r.link));
         }
+        let send_budget = Arc::clone(&scq.budget);
+        let recv_budget = Arc::clone(rcq.as_ref().map_or(&scq.budget, |r| &r.budget));
         let obj = Box::new(QpObj {
             charges,
+            send_budget,
+            recv_budget,
             backend: Arc::clone(b),
             qpn: raw.qpn,
             caps: raw.caps,
@@ -1882,7 +1922,16 @@ pub unsafe extern "C" fn rdd_qp_post_send(
             unsafe { put(out_bad_index, 0) };
             return status;
         }
+        // An unguarded send CQ: count each signaled WR's completion, and
+        // one for a CQE the signalling guard may add at the doorbell,
+        // against its headroom (as `api::Qp::post_send`).
+        let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
+        let mut reserved = match &meter {
+            Some(b) => b.headroom.reserve(1),
+            None => 0,
+        };
         let sq = &mut q.q.get_mut().sq;
+        let forced = sq.forced_signals();
         let mut pieces = NO_PIECES;
         let mut result = rdd_status::Ok;
         for i in 0..n {
@@ -1891,9 +1940,28 @@ pub unsafe extern "C" fn rdd_qp_post_send(
             let wr = unsafe { &*wrs.add(i) };
             // SAFETY: the SGE and inline-payload contract is the caller's.
             let posted = match unsafe { parse_send(wr, &mut pieces) } {
-                // SAFETY: SGEs only reach the device, which checks each
-                // against its registered regions before any access.
-                Ok(swr) => unsafe { sq.post(&swr) }.map_err(rdd_status::from),
+                Ok(swr) => match &meter {
+                    Some(_) if reserved == 0 => Err(rdd_status::CqFull),
+                    Some(b)
+                        if swr.flags.contains(crate::wr::SendFlags::SIGNALED)
+                            && b.headroom.reserve(1) == 0 =>
+                    {
+                        Err(rdd_status::CqFull)
+                    }
+                    _ => {
+                        // SAFETY: SGEs only reach the device, which checks
+                        // each against its registered regions before any
+                        // access.
+                        let r = unsafe { sq.post(&swr) }.map_err(rdd_status::from);
+                        if meter.is_some()
+                            && r.is_err()
+                            && swr.flags.contains(crate::wr::SendFlags::SIGNALED)
+                        {
+                            reserved += 1; // returned below
+                        }
+                        r
+                    }
+                },
                 Err(s) => Err(s),
             };
             if let Err(status) = posted {
@@ -1906,6 +1974,12 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         if sq.pending() != 0 {
             sq.ring();
             q.doorbells += 1;
+        }
+        if let Some(b) = &meter {
+            // The guard's spare entry, unless the doorbell used it, and a
+            // refused signaled WR's.
+            let used = u64::from(q.q.get_mut().sq.forced_signals().wrapping_sub(forced));
+            b.headroom.unreserve(reserved.saturating_sub(used));
         }
         result
     })
@@ -1935,6 +2009,8 @@ pub unsafe extern "C" fn rdd_qp_post_recv(
             unsafe { put(out_bad_index, 0) };
             return status;
         }
+        // An unguarded receive CQ: one completion per receive.
+        let meter = q.recv_budget.metered().then(|| Arc::clone(&q.recv_budget));
         let rq = &mut q.q.get_mut().rq;
         let mut result = rdd_status::Ok;
         for i in 0..n {
@@ -1943,8 +2019,17 @@ pub unsafe extern "C" fn rdd_qp_post_recv(
             let wr = unsafe { &*wrs.add(i) };
             // SAFETY: the SGE contract is the caller's.
             let posted = match unsafe { parse_recv(wr) } {
-                // SAFETY: as in `rdd_qp_post_send`.
-                Ok(rwr) => unsafe { rq.post(&rwr) }.map_err(rdd_status::from),
+                Ok(_) if meter.as_ref().is_some_and(|b| b.headroom.reserve(1) == 0) => {
+                    Err(rdd_status::CqFull)
+                }
+                Ok(rwr) => {
+                    // SAFETY: as in `rdd_qp_post_send`.
+                    let r = unsafe { rq.post(&rwr) }.map_err(rdd_status::from);
+                    if let (Some(b), Err(_)) = (&meter, &r) {
+                        b.headroom.unreserve(1);
+                    }
+                    r
+                }
                 Err(s) => Err(s),
             };
             if let Err(status) = posted {

@@ -87,6 +87,8 @@ pub enum rdd_status {
     ProtocolError = 1410,
     /// The CQ cannot hold the worst case of its QPs' completions.
     CqTooSmall = 1411,
+    /// Posting could overrun an unguarded CQ: poll it first.
+    CqFull = 1412,
 
     // ---- 2000..2099: C boundary only ----
     /// A required pointer parameter was NULL; nothing happened.
@@ -182,6 +184,8 @@ const_assert_eq!(
     rdd_status::ProtocolError as u32,
     Error::ProtocolError.code()
 );
+const_assert_eq!(rdd_status::CqTooSmall as u32, Error::CqTooSmall.code());
+const_assert_eq!(rdd_status::CqFull as u32, Error::CqFull.code());
 
 impl From<Error> for rdd_status {
     #[inline]
@@ -245,6 +249,7 @@ impl rdd_status {
             Error::ProviderError => rdd_status::ProviderError,
             Error::ProtocolError => rdd_status::ProtocolError,
             Error::CqTooSmall => rdd_status::CqTooSmall,
+            Error::CqFull => rdd_status::CqFull,
         }
     }
 

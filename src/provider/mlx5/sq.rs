@@ -309,6 +309,9 @@ pub struct SendQueue {
     last_signaled_end: u32,
     /// Unsignaled run (in BBs) that forces a CQE at the next doorbell.
     guard: u32,
+    /// CQEs requested by the guard so far (wrapping; see
+    /// [`SendQueue::forced_signals`]).
+    forced: u32,
     dbrec: NonNull<u32>,
     bf_reg: NonNull<u8>,
     bf_size: u32,
@@ -496,6 +499,7 @@ impl SendQueue {
             // `guard`, so with no CQE pending at least `cnt - guard + 1 >
             // max_nbb` BBs are free: the largest WQE always fits (§A.9).
             guard: (cnt / 2).min(cnt - max_nbb).max(1),
+            forced: 0,
             // SAFETY: the record has two words (contract); SND_DBR = 1.
             dbrec: unsafe { dbrec.add(super::layout::SND_DBR) },
             bf_reg,
@@ -673,6 +677,13 @@ impl SendQueue {
     pub(crate) fn max_wqe_bbs(&self) -> u32 {
         max_ds(&self.caps).div_ceil(4)
     }
+    /// How many CQEs the signalling guard has requested on unsignaled
+    /// WQEs so far (wrapping). Each adds one completion to the CQ that the
+    /// poller consumes without reporting; at most one per doorbell.
+    pub fn forced_signals(&self) -> u32 {
+        self.forced
+    }
+
     /// Unsignaled run (BBs) that forces a CQE at the next doorbell.
     pub(crate) fn signal_guard(&self) -> u32 {
         self.guard
@@ -1117,6 +1128,7 @@ impl SendQueue {
         // ring; the device has not been told about this WQE yet.
         unsafe { *self.octo(o).add(11) |= ctrl_flags::CQ_UPDATE };
         self.last_signaled_end = self.pi;
+        self.forced = self.forced.wrapping_add(1);
     }
 
     /// Posts one WR and rings the doorbell for it.
