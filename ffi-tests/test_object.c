@@ -1257,6 +1257,156 @@ static void test_cq_headroom(void)
     env_close(&e);
 }
 
+/* ---- one-call recovery ---------------------------------------------------- */
+
+struct seen {
+    unsigned count[32];
+    uint32_t status[32];
+    unsigned calls;
+};
+
+static void record_wc(void *ctx, const rdd_wc *wc)
+{
+    struct seen *s = (struct seen *)ctx;
+    s->calls++;
+    if (wc->wr_id < 32) {
+        s->count[wc->wr_id]++;
+        s->status[wc->wr_id] = wc->status;
+    }
+}
+
+/* An error in the middle of a batch: rdd_qp_recover reports every
+ * outstanding WR exactly once (the flushed unsignaled ones too), names the
+ * failed WR, resets, reconnects, and the QP carries on. */
+static void test_recover(void)
+{
+    struct env e;
+    struct seen s;
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_qp_info info[2];
+    rdd_recovery rec;
+    rdd_wc wc[32];
+    rdd_wr w[24];
+    rdd_sge sg[24];
+    size_t bad = 0, n = 0;
+    double deadline;
+    int i, failed = 0;
+    uint64_t id;
+    unsigned before;
+
+    memset(&s, 0, sizeof s);
+    env_open(&e, NULL, NULL, RDD_ACCESS_LOCAL_WRITE | ALL_REMOTE, &attr);
+    MUST(rdd_device_start(e.dev));
+    e.threaded = 1;
+    for (i = 0; i < 24; i++) {
+        sg[i] = sge_at(&e, 0, (size_t)i * 8, 8);
+        w[i] = wr_make((uint64_t)i, RDD_WR_RDMA_WRITE,
+                       (i % 4 == 3 || i == 10) ? RDD_SEND_SIGNALED : 0, &sg[i], 1);
+        w[i].remote_addr = (uint64_t)(uintptr_t)(e.buf[1] + (size_t)i * 8);
+        w[i].rkey = i == 10 ? e.rkey[1] ^ 0x7700u : e.rkey[1];
+    }
+    MUST(rdd_qp_post_send(e.qp[0], w, 24, &bad));
+    deadline = now_s() + 5.0;
+    while (!failed && now_s() < deadline) {
+        n = 0;
+        MUST(rdd_cq_poll(e.cq[0], &e.qp[0], 1, wc, 32, &n));
+        for (i = 0; i < (int)n; i++) {
+            record_wc(&s, &wc[i]);
+            failed |= wc[i].status != RDD_WC_SUCCESS;
+        }
+    }
+    CHECK(failed);
+    /* The peer's CQ is its own; a QP on a shared CQ is refused below. */
+    memset(&rec, 0xff, sizeof rec);
+    before = s.calls;
+    CHECK_EQ(rdd_qp_recover(e.qp[0], NULL, NULL, 5000000000ull, record_wc, &s, &rec),
+             RDD_STATUS_OK);
+    CHECK_EQ(rec.has_failure, 1);
+    CHECK_EQ(rec.failure.wr_id, 10);
+    CHECK_EQ(rec.failure.status, RDD_WC_REM_ACCESS_ERR);
+    CHECK_EQ(rec.failure.rkey, e.rkey[1] ^ 0x7700u);
+    CHECK_EQ(rec.reserved, 0);
+    for (id = 0; id < 24; id++) {
+        if (id < 10) {
+            /* Before the failure: signaled ones succeeded once, unsignaled
+             * ones were retired silently. */
+            CHECK_EQ(s.count[id], (id % 4 == 3) ? 1u : 0u);
+            if (id % 4 == 3) {
+                CHECK_EQ(s.status[id], RDD_WC_SUCCESS);
+            }
+        } else {
+            CHECK_EQ(s.count[id], 1u);
+            CHECK_EQ(s.status[id], id == 10 ? RDD_WC_REM_ACCESS_ERR : RDD_WC_WR_FLUSH_ERR);
+        }
+    }
+    CHECK_EQ(rec.reported, (uint64_t)(s.calls - before));
+    CHECK_EQ(s.calls, 16u); /* 3 and 7, then 10..23 */
+    /* Both sides come back: the peer recovers towards us, we reconnect. */
+    MUST(rdd_qp_query_info(e.qp[0], &info[0]));
+    CHECK_EQ(rdd_qp_recover(e.qp[1], &info[0], &attr, 5000000000ull, NULL, NULL, NULL),
+             RDD_STATUS_OK);
+    MUST(rdd_qp_query_info(e.qp[1], &info[1]));
+    MUST(rdd_qp_connect(e.qp[0], &info[1], &attr));
+    w[10].rkey = e.rkey[1];
+    w[10].flags = RDD_SEND_SIGNALED;
+    memset(e.buf[1] + 80, 0, 8);
+    memset(e.buf[0] + 80, 0x5a, 8);
+    MUST(rdd_qp_post_send(e.qp[0], &w[10], 1, &bad));
+    CHECK_EQ(wait_wc(&e, 0, wc, 1), 1);
+    CHECK_EQ(wc[0].wr_id, 10);
+    CHECK_EQ(wc[0].status, RDD_WC_SUCCESS);
+    CHECK_EQ(memcmp(e.buf[1] + 80, e.buf[0] + 80, 8), 0);
+    MUST(rdd_device_stop(e.dev));
+    e.threaded = 0;
+    env_close(&e);
+}
+
+/* Recovery never hangs (a device that does not flush: TIMEOUT) and never
+ * eats another QP's completions (a shared CQ: RESOURCE_BUSY). */
+static void test_recover_refusals(void)
+{
+    struct env e;
+    rdd_wc wc[4];
+    rdd_sge rs;
+    rdd_wr w;
+    size_t bad = 0;
+    double t0;
+    rdd_device *dev;
+    rdd_pd *pd;
+    rdd_cq *cq;
+    rdd_qp *a, *b;
+
+    env_open(&e, NULL, NULL, RDD_ACCESS_LOCAL_WRITE, NULL);
+    rs = sge_at(&e, 0, 0, 8);
+    w = wr_make(1, RDD_WR_SEND, RDD_SEND_SIGNALED, &rs, 1);
+    MUST(rdd_qp_post_send(e.qp[0], &w, 1, &bad));
+    /* Step mode and nobody steps: the flush never comes. */
+    t0 = now_s();
+    CHECK_EQ(rdd_qp_recover(e.qp[0], NULL, NULL, 50000000ull, NULL, NULL, NULL),
+             RDD_STATUS_TIMEOUT);
+    CHECK(now_s() - t0 < 5.0);
+    /* Once the device runs, the same call finishes the job. */
+    (void)drain(&e, 0);
+    CHECK_EQ(rdd_qp_recover(e.qp[0], NULL, NULL, 50000000ull, NULL, NULL, NULL),
+             RDD_STATUS_OK);
+    (void)wc;
+    env_close(&e);
+
+    MUST(rdd_device_open_soft(NULL, &dev));
+    MUST(rdd_pd_alloc(dev, &pd));
+    MUST(rdd_cq_create(dev, 1024, &cq));
+    MUST(rdd_qp_create(pd, cq, cq, NULL, &a));
+    MUST(rdd_qp_create(pd, cq, cq, NULL, &b));
+    CHECK_EQ(rdd_qp_recover(a, NULL, NULL, 0, NULL, NULL, NULL), RDD_STATUS_RESOURCE_BUSY);
+    MUST(rdd_qp_destroy(b));
+    CHECK_EQ(rdd_qp_recover(a, NULL, NULL, 0, NULL, NULL, NULL), RDD_STATUS_OK);
+    CHECK_EQ(rdd_qp_recover(NULL, NULL, NULL, 0, NULL, NULL, NULL), RDD_STATUS_NULL_PARAMETER);
+    MUST(rdd_qp_destroy(a));
+    MUST(rdd_cq_destroy(cq));
+    MUST(rdd_pd_free(pd));
+    MUST(rdd_device_close(dev));
+}
+
 int main(void)
 {
     test_pingpong_step();
@@ -1275,5 +1425,7 @@ int main(void)
     test_wait();
     test_cq_guard();
     test_cq_headroom();
+    test_recover();
+    test_recover_refusals();
     return h_finish("test_object");
 }

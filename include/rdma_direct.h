@@ -1041,6 +1041,36 @@ typedef struct rdd_connect_attr {
     uint16_t reserved;
 } rdd_connect_attr;
 
+/**
+ * A completion callback for `rdd_qp_recover`: called once per completion
+ * drained, with the `ctx` given to `rdd_qp_recover`. It must not call back
+ * into this QP or its CQs (they are held busy) and must not unwind.
+ */
+typedef void (*rdd_wc_fn)(void *ctx,
+                          const struct rdd_wc *wc);
+
+/**
+ * What `rdd_qp_recover` found and did.
+ */
+typedef struct rdd_recovery {
+    /**
+     * Completions handed to the callback while draining.
+     */
+    uint64_t reported;
+    /**
+     * 1 if `failure` holds the first WR that failed, else 0.
+     */
+    uint32_t has_failure;
+    /**
+     * Written as 0.
+     */
+    uint32_t reserved;
+    /**
+     * The first failed WR as posted (valid if `has_failure`).
+     */
+    struct rdd_failed_wr failure;
+} rdd_recovery;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1617,6 +1647,35 @@ rdd_status rdd_qp_doorbells(const struct rdd_qp *qp,
 rdd_status rdd_qp_connect(struct rdd_qp *qp,
                           const struct rdd_qp_info *remote,
                           const struct rdd_connect_attr *attr);
+
+/**
+ * One-call QP recovery (after an error completion or a fatal QP event).
+ *
+ * Moves `qp` to ERROR (unless it is there), polls its CQ(s) until every
+ * outstanding WR has completed, handing each completion to `on_wc`
+ * exactly once (flushed WRs included, unsignaled ones too), then moves it
+ * through RESET, which resynchronises the queue counters and the CQ
+ * consumer state. With `peer` non-NULL it then reconnects (INIT → RTR →
+ * RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
+ * same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
+ * QP is left in RESET.
+ *
+ * The QP's CQs must serve only this QP (another QP's completions would be
+ * consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
+ * `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
+ * count of completions reported and the first failed WR.
+ *
+ * # Safety
+ * `peer`, `attr` and `out` are NULL or valid; `on_wc` is NULL or a
+ * function safe to call with `ctx` and a completion.
+ */
+rdd_status rdd_qp_recover(struct rdd_qp *qp,
+                          const struct rdd_qp_info *peer,
+                          const struct rdd_connect_attr *attr,
+                          uint64_t timeout_ns,
+                          rdd_wc_fn on_wc,
+                          void *ctx,
+                          struct rdd_recovery *out);
 
 /**
  * Posts send work requests `wrs[0..n]` and rings the doorbell once for

@@ -1768,6 +1768,26 @@ pub struct rdd_failed_wr {
 
 const_assert_eq!(size_of::<rdd_failed_wr>(), 56);
 
+/// The C form of a failed WR.
+fn failed_wr_c(f: &crate::wr::FailedWr) -> rdd_failed_wr {
+    rdd_failed_wr {
+        wr_id: f.wr_id,
+        status: f.status.0,
+        vendor_err: f.vendor_err,
+        opcode: f.opcode.0,
+        syndrome: f.syndrome,
+        recv: f.recv as u8,
+        inline_data: f.inline as u8,
+        reserved: 0,
+        local_addr: f.local_addr,
+        length: f.length,
+        lkey: f.lkey,
+        remote_addr: f.remote_addr,
+        rkey: f.rkey,
+        reserved2: 0,
+    }
+}
+
 /// The first WR that failed on `qp` (see `rdd_failed_wr`). `*out_found` is
 /// 1 and `*out` filled if there is one, 0 (and `*out` untouched)
 /// otherwise. `rdd_wc_status_causes` explains the status in words.
@@ -1788,24 +1808,8 @@ pub unsafe extern "C" fn rdd_qp_failed_wr(
         let queues = q.q.get_mut();
         let found = queues.sq.failure().or(queues.rq.failure());
         if let Some(f) = found {
-            let c = rdd_failed_wr {
-                wr_id: f.wr_id,
-                status: f.status.0,
-                vendor_err: f.vendor_err,
-                opcode: f.opcode.0,
-                syndrome: f.syndrome,
-                recv: f.recv as u8,
-                inline_data: f.inline as u8,
-                reserved: 0,
-                local_addr: f.local_addr,
-                length: f.length,
-                lkey: f.lkey,
-                remote_addr: f.remote_addr,
-                rkey: f.rkey,
-                reserved2: 0,
-            };
             // SAFETY: non-NULL (checked), writable (caller contract).
-            unsafe { put(out, c) };
+            unsafe { put(out, failed_wr_c(&f)) };
         }
         // SAFETY: as above.
         unsafe { put(out_found, found.is_some() as core::ffi::c_int) };
@@ -1850,37 +1854,210 @@ pub unsafe extern "C" fn rdd_qp_connect(
         non_null!(remote);
         // SAFETY: non-NULL and readable (caller contract).
         let remote = unsafe { remote.read_unaligned() };
-        let attr = if attr.is_null() {
-            rdd_connect_attr {
-                access: 0,
-                rnr_retry: 7,
-                retry_cnt: 7,
-                reserved: 0,
-            }
+        // SAFETY: NULL or readable (caller contract).
+        let attr = unsafe { connect_attr_or_default(attr) };
+        let mut q = try_status!(excl::<QpObj>(h(qp)));
+        match connect_obj(&mut q, &remote, &attr) {
+            Ok(()) => rdd_status::Ok,
+            Err(s) => s,
+        }
+    })
+}
+
+/// `rdd_connect_attr` from C, or the defaults for NULL (no remote access,
+/// infinite retries).
+///
+/// # Safety
+/// `attr` is NULL or readable.
+unsafe fn connect_attr_or_default(attr: *const rdd_connect_attr) -> rdd_connect_attr {
+    if attr.is_null() {
+        rdd_connect_attr {
+            access: 0,
+            rnr_retry: 7,
+            retry_cnt: 7,
+            reserved: 0,
+        }
+    } else {
+        // SAFETY: non-NULL and readable (caller contract).
+        unsafe { attr.read_unaligned() }
+    }
+}
+
+/// RESET → INIT → RTR → RTS towards `remote`, keeping the queues' states
+/// in step.
+fn connect_obj(
+    q: &mut QpObj,
+    remote: &rdd_qp_info,
+    attr: &rdd_connect_attr,
+) -> Result<(), rdd_status> {
+    if attr.reserved != 0 {
+        return Err(rdd_status::InvalidArgument);
+    }
+    let access = access_from(attr.access)?;
+    let mut init = QpModify::to(QpState::Init);
+    init.access = access;
+    let mut rtr = QpModify::to(QpState::Rtr);
+    rtr.dest_qpn = remote.qpn;
+    let mut rts = QpModify::to(QpState::Rts);
+    rts.rnr_retry = attr.rnr_retry;
+    rts.retry_cnt = attr.retry_cnt;
+    for m in [init, rtr, rts] {
+        modify_obj(q, &m)?;
+    }
+    Ok(())
+}
+
+/// One state change, with the queues' states (and on RESET their
+/// counters) kept in step.
+fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> {
+    q.backend.modify_qp(q.qpn, m)?;
+    let queues = q.q.get_mut();
+    if m.state == QpState::Reset {
+        queues.sq.reset_counters(0);
+        queues.rq.reset_counters(0);
+    }
+    queues.sq.set_state(m.state);
+    queues.rq.set_state(m.state);
+    Ok(())
+}
+
+/// A completion callback for `rdd_qp_recover`: called once per completion
+/// drained, with the `ctx` given to `rdd_qp_recover`. It must not call back
+/// into this QP or its CQs (they are held busy) and must not unwind.
+pub type rdd_wc_fn = Option<unsafe extern "C" fn(ctx: *mut c_void, wc: *const rdd_wc)>;
+
+/// What `rdd_qp_recover` found and did.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdd_recovery {
+    /// Completions handed to the callback while draining.
+    pub reported: u64,
+    /// 1 if `failure` holds the first WR that failed, else 0.
+    pub has_failure: u32,
+    /// Written as 0.
+    pub reserved: u32,
+    /// The first failed WR as posted (valid if `has_failure`).
+    pub failure: rdd_failed_wr,
+}
+
+const_assert_eq!(size_of::<rdd_recovery>(), 72);
+
+/// One-call QP recovery (after an error completion or a fatal QP event).
+///
+/// Moves `qp` to ERROR (unless it is there), polls its CQ(s) until every
+/// outstanding WR has completed, handing each completion to `on_wc`
+/// exactly once (flushed WRs included, unsignaled ones too), then moves it
+/// through RESET, which resynchronises the queue counters and the CQ
+/// consumer state. With `peer` non-NULL it then reconnects (INIT → RTR →
+/// RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
+/// same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
+/// QP is left in RESET.
+///
+/// The QP's CQs must serve only this QP (another QP's completions would be
+/// consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
+/// `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
+/// count of completions reported and the first failed WR.
+///
+/// # Safety
+/// `peer`, `attr` and `out` are NULL or valid; `on_wc` is NULL or a
+/// function safe to call with `ctx` and a completion.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_qp_recover(
+    qp: *mut rdd_qp,
+    peer: *const rdd_qp_info,
+    attr: *const rdd_connect_attr,
+    timeout_ns: u64,
+    on_wc: rdd_wc_fn,
+    ctx: *mut c_void,
+    out: *mut rdd_recovery,
+) -> rdd_status {
+    ffi_boundary!({
+        // SAFETY: NULL or readable (caller contract).
+        let attr = unsafe { connect_attr_or_default(attr) };
+        let peer = if peer.is_null() {
+            None
         } else {
             // SAFETY: non-NULL and readable (caller contract).
-            unsafe { attr.read_unaligned() }
+            Some(unsafe { peer.read_unaligned() })
         };
-        if attr.reserved != 0 {
-            return rdd_status::InvalidArgument;
+        let g = try_status!(excl::<QpObj>(h(qp)));
+        let (scq_h, rcq_h) = (g.send_cq, g.recv_cq);
+        let mut scq = try_status!(excl::<CqObj>(scq_h));
+        let mut rcq = if rcq_h == scq_h {
+            None
+        } else {
+            Some(try_status!(excl::<CqObj>(rcq_h)))
+        };
+        if scq.attached() != 1 || rcq.as_ref().is_some_and(|r| r.attached() != 1) {
+            return rdd_status::ResourceBusy;
         }
-        let access = try_status!(access_from(attr.access));
-        let mut q = try_status!(excl::<QpObj>(h(qp)));
-        let mut init = QpModify::to(QpState::Init);
-        init.access = access;
-        let mut rtr = QpModify::to(QpState::Rtr);
-        rtr.dest_qpn = remote.qpn;
-        let mut rts = QpModify::to(QpState::Rts);
-        rts.rnr_retry = attr.rnr_retry;
-        rts.retry_cnt = attr.retry_cnt;
-        let (backend, qpn) = (Arc::clone(&q.backend), q.qpn);
-        let queues = q.q.get_mut();
-        for m in [init, rtr, rts] {
-            if let Err(e) = backend.modify_qp(qpn, &m) {
-                return e.into();
+        let mut list = QpList::new();
+        list.push(g);
+        if list.as_mut_slice()[0].q.get_mut().sq.state() != QpState::Error {
+            try_status!(modify_obj(
+                &mut list.as_mut_slice()[0],
+                &QpModify::to(QpState::Error)
+            ));
+        }
+        let failure = {
+            let queues = list.as_mut_slice()[0].q.get_mut();
+            queues.sq.failure().or(queues.rq.failure())
+        };
+        let outstanding = |l: &mut QpList| {
+            let queues = l.as_mut_slice()[0].q.get_mut();
+            u64::from(queues.sq.producer().wrapping_sub(queues.sq.retired()))
+                + u64::from(queues.rq.head().wrapping_sub(queues.rq.tail()))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
+        let mut reported = 0u64;
+        let mut wc = [Wc::default(); 32];
+        while outstanding(&mut list) != 0 {
+            let mut n = 0;
+            for cq in core::iter::once(&mut scq).chain(rcq.as_mut()) {
+                let budget = Arc::clone(&cq.budget);
+                let m = match poll_counted(cq.cq.get_mut(), &budget, &mut list, &mut wc) {
+                    Ok(m) => m,
+                    Err(e) => return e.into(),
+                };
+                if let Some(f) = on_wc {
+                    for w in &wc[..m] {
+                        // SAFETY: the caller's contract on `on_wc`;
+                        // `rdd_wc` has the layout of `Wc` (asserted in the
+                        // mlx5 module).
+                        unsafe { f(ctx, (w as *const Wc).cast::<rdd_wc>()) };
+                    }
+                }
+                n += m;
             }
-            queues.sq.set_state(m.state);
-            queues.rq.set_state(m.state);
+            reported += n as u64;
+            if n == 0 {
+                if std::time::Instant::now() >= deadline {
+                    return rdd_status::Timeout;
+                }
+                std::thread::yield_now();
+            }
+        }
+        try_status!(modify_obj(
+            &mut list.as_mut_slice()[0],
+            &QpModify::to(QpState::Reset)
+        ));
+        if let Some(p) = &peer {
+            try_status!(connect_obj(&mut list.as_mut_slice()[0], p, &attr));
+        }
+        if !out.is_null() {
+            let r = rdd_recovery {
+                reported,
+                has_failure: failure.is_some() as u32,
+                reserved: 0,
+                failure: failure.as_ref().map_or(
+                    // SAFETY: all-zero is a valid `rdd_failed_wr` (plain
+                    // integers).
+                    unsafe { MaybeUninit::<rdd_failed_wr>::zeroed().assume_init() },
+                    failed_wr_c,
+                ),
+            };
+            // SAFETY: non-NULL (checked), writable (caller contract).
+            unsafe { put(out, r) };
         }
         rdd_status::Ok
     })
