@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <stddef.h>
+#include <poll.h>
 #include <time.h>
 
 #include "harness.h"
@@ -1407,6 +1408,78 @@ static void test_recover_refusals(void)
     MUST(rdd_device_close(dev));
 }
 
+/* Asynchronous device events: none while quiet; a CQ overrun (a flush of
+ * unsignaled work into an unguarded CQ) raises RDD_EVENT_CQ_ERR, and the
+ * event fd is readable exactly while one is pending. */
+static void test_async_events(void)
+{
+    struct env e;
+    rdd_cq *small;
+    rdd_qp_info info[2];
+    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0};
+    rdd_async_event ev;
+    rdd_wr w[8];
+    rdd_sge s;
+    size_t bad = 0, work = 0;
+    int i, fd = -1, found = 7;
+    void *addr;
+    struct pollfd pfd;
+
+    memset(&e, 0, sizeof e);
+    MUST(rdd_device_open_soft(NULL, &e.dev));
+    MUST(rdd_pd_alloc(e.dev, &e.pd));
+    CHECK_EQ(rdd_device_poll_async_event(e.dev, &ev, &found), RDD_STATUS_OK);
+    CHECK_EQ(found, 0);
+    CHECK_EQ(rdd_device_async_event_fd(e.dev, &fd), RDD_STATUS_OK);
+    CHECK(fd >= 0);
+    pfd.fd = fd;
+    pfd.events = POLLIN;
+    pfd.revents = 0;
+    CHECK_EQ(poll(&pfd, 1, 0), 0);
+    CHECK_EQ(rdd_device_poll_async_event(e.dev, NULL, &found), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_device_async_event_fd(NULL, &fd), RDD_STATUS_NULL_PARAMETER);
+
+    MUST(rdd_cq_create(e.dev, 3, &small)); /* 4 entries */
+    MUST(rdd_cq_set_unguarded(small, 1));
+    e.cq[0] = small;
+    MUST(rdd_cq_create(e.dev, 256, &e.cq[1]));
+    for (i = 0; i < 2; i++) {
+        MUST(rdd_qp_create(e.pd, e.cq[i], e.cq[i], NULL, &e.qp[i]));
+        MUST(rdd_mr_reg(e.pd, BUF_LEN, RDD_ACCESS_LOCAL_WRITE | RDD_ACCESS_REMOTE_WRITE,
+                        &e.mr[i]));
+        MUST(rdd_mr_addr(e.mr[i], &addr));
+        e.buf[i] = (uint8_t *)addr;
+        MUST(rdd_mr_lkey(e.mr[i], &e.lkey[i]));
+        MUST(rdd_mr_rkey(e.mr[i], &e.rkey[i]));
+        MUST(rdd_qp_query_info(e.qp[i], &info[i]));
+    }
+    MUST(rdd_qp_connect(e.qp[0], &info[1], &attr));
+    MUST(rdd_qp_connect(e.qp[1], &info[0], &attr));
+    s = sge_at(&e, 0, 0, 8);
+    for (i = 0; i < 8; i++) {
+        w[i] = wr_make((uint64_t)i, RDD_WR_RDMA_WRITE, 0, &s, 1);
+        w[i].remote_addr = (uint64_t)(uintptr_t)e.buf[1];
+        w[i].rkey = e.rkey[1];
+    }
+    MUST(rdd_qp_post_send(e.qp[0], w, 8, &bad));
+    /* Step mode, not stepped: recovery moves the QP to ERROR, then times
+     * out waiting for the flush. */
+    CHECK_EQ(rdd_qp_recover(e.qp[0], NULL, NULL, 1000000ull, NULL, NULL, NULL),
+             RDD_STATUS_TIMEOUT);
+    for (i = 0; i < 8; i++) {
+        MUST(rdd_device_step(e.dev, &work));
+    }
+    CHECK_EQ(poll(&pfd, 1, 0), 1);
+    CHECK_EQ(rdd_device_poll_async_event(e.dev, &ev, &found), RDD_STATUS_OK);
+    CHECK_EQ(found, 1);
+    CHECK_EQ(ev.kind, RDD_EVENT_CQ_ERR);
+    CHECK_EQ(rdd_device_poll_async_event(e.dev, &ev, &found), RDD_STATUS_OK);
+    CHECK_EQ(found, 0);
+    pfd.revents = 0;
+    CHECK_EQ(poll(&pfd, 1, 0), 0);
+    env_close(&e);
+}
+
 int main(void)
 {
     test_pingpong_step();
@@ -1427,5 +1500,6 @@ int main(void)
     test_cq_headroom();
     test_recover();
     test_recover_refusals();
+    test_async_events();
     return h_finish("test_object");
 }

@@ -350,6 +350,42 @@
 #define RDD_WAIT_ADAPTIVE 2
 
 /**
+ * A CQ overran or failed; `element` is the CQ number.
+ */
+#define RDD_EVENT_CQ_ERR 0
+
+/**
+ * A QP hit a fatal error and is in ERROR; `element` is the QP number.
+ * Recover it with `rdd_qp_recover`.
+ */
+#define RDD_EVENT_QP_FATAL 1
+
+/**
+ * An invalid request reached a QP, now in ERROR; `element` is the QPN.
+ */
+#define RDD_EVENT_QP_REQ_ERR 2
+
+/**
+ * A remote access violation on a QP, now in ERROR; `element` is the QPN.
+ */
+#define RDD_EVENT_QP_ACCESS_ERR 3
+
+/**
+ * The device failed: close and reopen it.
+ */
+#define RDD_EVENT_DEVICE_FATAL 8
+
+/**
+ * A port became active; `element` is the port number.
+ */
+#define RDD_EVENT_PORT_ACTIVE 9
+
+/**
+ * A port went down; `element` is the port number.
+ */
+#define RDD_EVENT_PORT_ERR 10
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -887,6 +923,21 @@ typedef struct rdd_soft_config {
      */
     uint32_t rnr_delay_us;
 } rdd_soft_config;
+
+/**
+ * An asynchronous device event (see `rdd_device_poll_async_event`).
+ */
+typedef struct rdd_async_event {
+    /**
+     * `RDD_EVENT_*` (the `ibv_event_type` numbering).
+     */
+    uint32_t kind;
+    /**
+     * The QP number, CQ number or port number the event is about (as
+     * `kind` implies; 0 for device-wide events).
+     */
+    uint32_t element;
+} rdd_async_event;
 
 /**
  * QP creation attributes for `rdd_qp_create` (NULL there means the
@@ -1552,6 +1603,30 @@ rdd_status rdd_cq_wait(struct rdd_cq *cq,
  */
 rdd_status rdd_cq_event_fd(struct rdd_cq *cq,
                            int *out_fd);
+
+/**
+ * Takes the device's next asynchronous event without blocking:
+ * `*out_found` is 1 and `*out` filled, or 0 when none is pending. A QP
+ * event of kind `RDD_EVENT_QP_FATAL`, `_REQ_ERR` or `_ACCESS_ERR` means
+ * the device moved that QP to ERROR: recover it with `rdd_qp_recover`.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_async_event`, `out_found` of one
+ * `int`.
+ */
+rdd_status rdd_device_poll_async_event(struct rdd_device *dev,
+                                       struct rdd_async_event *out,
+                                       int *out_found);
+
+/**
+ * An fd that is readable while asynchronous events are pending on the
+ * device, for the application's own epoll set.
+ *
+ * # Safety
+ * `out_fd` is valid for a write of one `int`.
+ */
+rdd_status rdd_device_async_event_fd(struct rdd_device *dev,
+                                     int *out_fd);
 
 /**
  * Arms the CQ: requests a completion event for the next completion (or,

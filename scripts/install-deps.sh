@@ -3,7 +3,7 @@
 set -euo pipefail
 
 need_apt=()
-for p in libibverbs-dev librdmacm-dev libclang-dev clang pkg-config valgrind binutils make; do
+for p in libibverbs-dev librdmacm-dev linux-libc-dev libclang-dev clang pkg-config valgrind binutils make; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -2,7 +2,10 @@
 # The real-kernel RDMA suite. Runs INSIDE the test VM (scripts/softrdma-vm),
 # started by scripts/vm-test.sh, which builds everything on the host first:
 #
-#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh VERBS_TEST_BIN EXAMPLES_DIR
+#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh TEST_BINS EXAMPLES_DIR
+#
+# TEST_BINS is a ':'-separated list of test binaries (tests/verbs_device.rs,
+# tests/uverbs_raw.rs, ...), each run with one test thread.
 #
 # Stages (each must pass; the first failure fails the suite, after the
 # remaining stages have run so one run shows every failure):
@@ -10,7 +13,8 @@
 #              (veth) pair: the test bed itself works (scripts/vm-smoke.sh)
 #   verbs      tests/verbs_device.rs on rxe0 and siw0: every opcode with
 #              memory checked, bad rkey, flush on ERROR, typed WR errors,
-#              rdma_cm on both transports, waits with events and timeouts
+#              rdma_cm on both transports, waits with events and timeouts,
+#              async events; tests/uverbs_raw.rs: raw uverbs CQs and QPs
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process (scripts/vm-interop.sh)
 #   two-host   our programs on the two devices of the veth pair: pingpong
@@ -24,8 +28,8 @@ if [ "${IN_RDMA_VM:-0}" != 1 ]; then
   echo "vm-suite.sh: run inside the test VM (scripts/vm-test.sh does that)" >&2
   exit 2
 fi
-if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -d "$2" ]; then
-  echo "usage: vm-suite.sh VERBS_TEST_BIN EXAMPLES_DIR" >&2
+if [ $# -ne 2 ] || [ -z "$1" ] || [ ! -d "$2" ]; then
+  echo "usage: vm-suite.sh TEST_BINS EXAMPLES_DIR" >&2
   exit 2
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -46,7 +50,11 @@ stage() { # stage NAME CMD...
 }
 
 stage smoke bash "$HERE/vm-smoke.sh"
-stage verbs timeout 600 "$TESTBIN" --test-threads=1
+IFS=: read -r -a TESTBINS <<<"$TESTBIN"
+for t in "${TESTBINS[@]}"; do
+  [ -x "$t" ] || { echo "vm-suite.sh: not executable: $t" >&2; exit 2; }
+  stage "verbs:$(basename "$t" | sed 's/-[0-9a-f]*$//')" timeout 600 "$t" --test-threads=1
+done
 stage interop bash "$HERE/vm-interop.sh" "$EXDIR"
 stage two-host bash "$HERE/vm-two-host.sh" "$EXDIR"
 

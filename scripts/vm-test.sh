@@ -21,16 +21,25 @@ timeout 1200 bash scripts/softrdma-vm/build-vm.sh
 
 echo "vm-test: building the verbs tests and the examples"
 cargo build --release --features verbs --examples
-TESTBIN=$(cargo test --release --features verbs --test verbs_device --no-run 2>&1 |
-  sed -n 's/.*Executable tests\/verbs_device.rs (\(.*\))$/\1/p' | tail -n 1)
-if [ -z "$TESTBIN" ] || [ ! -x "$TESTBIN" ]; then
-  echo "vm-test: could not find the verbs_device test binary" >&2
-  exit 1
-fi
+# Every real-device test binary: the verbs backend, the raw uverbs layer,
+# and the direct rxe/siw data paths.
+TESTBIN=""
+for t in verbs_device uverbs_raw; do
+  bin=$(cargo test --release --features verbs --test "$t" --no-run 2>&1 |
+    sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -n 1)
+  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    echo "vm-test: could not find the $t test binary" >&2
+    exit 1
+  fi
+  case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+  TESTBIN=${TESTBIN:+$TESTBIN:}$bin
+done
 EXDIR=${CARGO_TARGET_DIR:-$PWD/target}/release/examples
 case $EXDIR in /*) ;; *) EXDIR=$PWD/$EXDIR ;; esac
-case $TESTBIN in /*) ;; *) TESTBIN=$PWD/$TESTBIN ;; esac
 
 echo "vm-test: running the suite in the VM"
-VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
+# The ':'-joined list is not a path vm-run.sh can see: share the test
+# binaries' directory explicitly (all come from one target directory).
+BINDIR=$(dirname "${TESTBIN%%:*}")
+VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR"

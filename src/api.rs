@@ -93,6 +93,10 @@ pub trait PortableCq: Send {
     fn depth(&self) -> u32;
     /// Requests an event for the next completion.
     fn arm(&mut self) -> Result<()>;
+    /// Requests an event for the next solicited (or error) completion.
+    fn arm_solicited(&mut self) -> Result<()> {
+        Err(Error::Unsupported)
+    }
 }
 
 /// The queues of a CQ as a backend hands them out.
@@ -225,6 +229,106 @@ pub trait Backend: Send + Sync + 'static {
         let _ = cqn;
         Err(Error::Unsupported)
     }
+    /// Takes the next asynchronous device event without blocking.
+    fn poll_async_event(&self) -> Result<Option<AsyncEvent>> {
+        Ok(None)
+    }
+    /// An fd that is readable while asynchronous events are pending.
+    fn async_event_fd(&self) -> Result<i32> {
+        Err(Error::Unsupported)
+    }
+}
+
+/// An asynchronous event from the device (`ibv_async_event`; the software
+/// device raises the QP and CQ ones). QP-fatal kinds mean the device moved
+/// the QP to ERROR on its own: recover it with [`Qp::recover`] (or
+/// [`Qp::drain_and_reset`]), which reports every outstanding WR once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AsyncEvent {
+    /// A QP hit an error that prevented a completion (`IBV_EVENT_QP_FATAL`).
+    QpFatal {
+        /// QP number.
+        qpn: u32,
+    },
+    /// An invalid request arrived at a QP (`IBV_EVENT_QP_REQ_ERR`).
+    QpRequestError {
+        /// QP number.
+        qpn: u32,
+    },
+    /// A remote access violation on a QP (`IBV_EVENT_QP_ACCESS_ERR`).
+    QpAccessError {
+        /// QP number.
+        qpn: u32,
+    },
+    /// The first message arrived on a QP in RTR (`IBV_EVENT_COMM_EST`).
+    CommEstablished {
+        /// QP number.
+        qpn: u32,
+    },
+    /// A QP in SQD has no outstanding sends (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained {
+        /// QP number.
+        qpn: u32,
+    },
+    /// A QP on an SRQ in ERROR has no more receives to flush
+    /// (`IBV_EVENT_QP_LAST_WQE_REACHED`).
+    LastWqeReached {
+        /// QP number.
+        qpn: u32,
+    },
+    /// A CQ overran or failed (`IBV_EVENT_CQ_ERR`); its completions are
+    /// no longer reliable.
+    CqError {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// A port became active (`IBV_EVENT_PORT_ACTIVE`).
+    PortActive {
+        /// Port number.
+        port: u8,
+    },
+    /// A port went down (`IBV_EVENT_PORT_ERR`): connections through it
+    /// will fail with retry errors.
+    PortError {
+        /// Port number.
+        port: u8,
+    },
+    /// The device failed (`IBV_EVENT_DEVICE_FATAL`); close and reopen it.
+    DeviceFatal,
+    /// Any other event: its `ibv_event_type` value and raw element.
+    Other {
+        /// `ibv_event_type`.
+        kind: u32,
+        /// QP number, CQ number or port, as the kind implies.
+        element: u32,
+    },
+}
+
+impl AsyncEvent {
+    /// The QP the event is about, if any.
+    pub const fn qpn(&self) -> Option<u32> {
+        match *self {
+            AsyncEvent::QpFatal { qpn }
+            | AsyncEvent::QpRequestError { qpn }
+            | AsyncEvent::QpAccessError { qpn }
+            | AsyncEvent::CommEstablished { qpn }
+            | AsyncEvent::SqDrained { qpn }
+            | AsyncEvent::LastWqeReached { qpn } => Some(qpn),
+            _ => None,
+        }
+    }
+
+    /// True for the events after which the QP is in ERROR and needs
+    /// [`Qp::recover`]: fatal, request and access errors.
+    pub const fn is_qp_fatal(&self) -> bool {
+        matches!(
+            self,
+            AsyncEvent::QpFatal { .. }
+                | AsyncEvent::QpRequestError { .. }
+                | AsyncEvent::QpAccessError { .. }
+        )
+    }
 }
 
 impl Backend for crate::soft::SoftDevice {
@@ -293,6 +397,17 @@ impl Backend for crate::soft::SoftDevice {
     }
     fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
         crate::soft::SoftDevice::cq_event_consume(self, cqn)
+    }
+    fn poll_async_event(&self) -> Result<Option<AsyncEvent>> {
+        Ok(
+            crate::soft::SoftDevice::poll_async_event(self).map(|e| match e {
+                crate::soft::AsyncEvent::CqOverrun { cqn } => AsyncEvent::CqError { cqn },
+                crate::soft::AsyncEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
+            }),
+        )
+    }
+    fn async_event_fd(&self) -> Result<i32> {
+        crate::soft::SoftDevice::async_event_fd(self)
     }
 }
 
@@ -597,6 +712,35 @@ impl<B: Backend> Device<B> {
     /// Wraps a backend.
     pub fn new(b: B) -> Device<B> {
         Device { b: Arc::new(b) }
+    }
+
+    /// Takes the next asynchronous event (QP errors, CQ overruns, port
+    /// changes) without blocking. A QP-fatal event
+    /// ([`AsyncEvent::is_qp_fatal`]) names a QP to [`Qp::recover`].
+    pub fn poll_async_event(&self) -> Result<Option<AsyncEvent>> {
+        self.b.poll_async_event()
+    }
+
+    /// An fd that is readable while asynchronous events are pending, for
+    /// the application's own epoll set.
+    pub fn async_event_fd(&self) -> Result<i32> {
+        self.b.async_event_fd()
+    }
+
+    /// Waits up to `timeout` for the next asynchronous event; `Ok(None)`
+    /// when none came. Never blocks longer than `timeout`.
+    pub fn wait_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.b.poll_async_event()? {
+                return Ok(Some(e));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            crate::event::wait_readable(self.b.async_event_fd()?, left)?;
+        }
     }
 
     /// The backend (for backend-specific control: stepping the software
@@ -918,6 +1062,17 @@ impl<B: Backend> Cq<B> {
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.arm(false),
             CqPath::Portable(p) => p.arm(),
+        }
+    }
+
+    /// Requests one event for the next solicited completion (a SEND the
+    /// peer posted with [`SendFlags::SOLICITED`](crate::SendFlags)) or
+    /// error completion; other completions raise none. Poll once more
+    /// after arming, as for [`Cq::arm`].
+    pub fn arm_solicited(&mut self) -> Result<()> {
+        match &mut self.cq {
+            CqPath::Mlx5(cq) => cq.arm(true),
+            CqPath::Portable(p) => p.arm_solicited(),
         }
     }
 
@@ -1413,7 +1568,6 @@ impl<B: Backend> Qp<B> {
         if self.state() != QpState::Error {
             self.modify(&QpModify::to(QpState::Error))?;
         }
-        let failure = self.failure();
         let deadline = Instant::now() + timeout;
         let mut reported = 0usize;
         let mut out = [Wc::default(); 32];
@@ -1437,6 +1591,10 @@ impl<B: Backend> Qp<B> {
                 std::thread::yield_now();
             }
         }
+        // After the drain: the failed WR's completion may have been among
+        // those drained (recovery driven by an async event). RESET clears
+        // the record.
+        let failure = self.failure();
         self.modify(&QpModify::to(QpState::Reset))?;
         Ok(Recovery { failure, reported })
     }

@@ -271,3 +271,55 @@ fn write_on(qp: &mut Qp<SoftDevice>, src: &Mr<SoftDevice>, dst: &Mr<SoftDevice>,
     )])
     .unwrap();
 }
+
+/// A solicited-only arm raises an event only for a solicited completion (a
+/// SEND posted with `SOLICITED`) or an error, never for ordinary ones.
+#[test]
+fn solicited_only_arming_waits_for_a_solicited_send() {
+    use rdma_direct::RecvWr;
+    let mut s = setup();
+    let rs = [s.dst.sge(0, 64)];
+    let recvs: Vec<_> = (0..3)
+        .map(|i| RecvWr {
+            wr_id: 100 + i,
+            sges: &rs,
+        })
+        .collect();
+    s._peer.post_recv(&recvs).unwrap();
+    let fd = s._peer_cq.event_fd().unwrap();
+    let send = |s: &mut Setup, id: u64, flags: SendFlags| {
+        let sge = [s.src.sge(0, 8)];
+        s.qp.post_send(&[SendWr::new(id, SendOp::Send, &sge, flags)])
+            .unwrap();
+    };
+    let mut out = [Wc::default(); 4];
+    // Armed for solicited completions; an ordinary SEND arrives: its
+    // completion is written, but no event.
+    s._peer_cq.arm_solicited().unwrap();
+    send(&mut s, 1, SendFlags::SIGNALED);
+    s.dev.backend().run_until_idle(16);
+    assert!(!rdma_direct::event::wait_readable(fd, Duration::from_millis(20)).unwrap());
+    assert_eq!(s._peer_cq.poll(&mut s._peer, &mut out).unwrap(), 1);
+    assert_eq!(out[0].wr_id, 100);
+    // The same arm is still pending: a solicited SEND fires it.
+    send(&mut s, 2, SendFlags::SIGNALED | SendFlags::SOLICITED);
+    s.dev.backend().run_until_idle(16);
+    assert!(rdma_direct::event::wait_readable(fd, Duration::from_secs(1)).unwrap());
+    assert_eq!(s._peer_cq.consume_events().unwrap(), 1);
+    assert_eq!(s._peer_cq.poll(&mut s._peer, &mut out).unwrap(), 1);
+    assert_eq!(out[0].wr_id, 101);
+    // An ordinary arm fires for any completion.
+    s._peer_cq.arm().unwrap();
+    send(&mut s, 3, SendFlags::SIGNALED);
+    s.dev.backend().run_until_idle(16);
+    assert!(rdma_direct::event::wait_readable(fd, Duration::from_secs(1)).unwrap());
+    assert_eq!(s._peer_cq.consume_events().unwrap(), 1);
+    // The sender's CQ armed solicited-only: successful sends raise nothing.
+    let sfd = s.cq.event_fd().unwrap();
+    while s.cq.poll(&mut s.qp, &mut out).unwrap() != 0 {}
+    s.cq.arm_solicited().unwrap();
+    write(&mut s, 9);
+    s.dev.backend().run_until_idle(16);
+    assert!(!rdma_direct::event::wait_readable(sfd, Duration::from_millis(20)).unwrap());
+    assert_eq!(s.cq.poll(&mut s.qp, &mut out).unwrap(), 1);
+}

@@ -194,3 +194,132 @@ fn recovery_refuses_a_shared_cq_and_times_out_instead_of_hanging() {
     );
     assert!(t0.elapsed() < Duration::from_secs(5));
 }
+
+/// Recovery driven by an asynchronous event rather than by a completion:
+/// the device moves a QP to ERROR on its own (a local QP operation error,
+/// which raises `QpFatal`); the application waits on the device's async
+/// event fd only, recovers the QP the event names, and every WR posted is
+/// accounted for exactly once.
+#[test]
+fn a_fatal_async_event_drives_recovery() {
+    use rdma_direct::api::AsyncEvent;
+    use rdma_direct::provider::mlx5::cq::syndrome;
+    use rdma_direct::soft::Fault;
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    dev.backend().start();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq_a = dev.create_cq(256).unwrap();
+    let mut cq_b = dev.create_cq(256).unwrap();
+    let mut a = pd.create_qp(&cq_a, &cq_a, &QpInit::default()).unwrap();
+    let mut b = pd.create_qp(&cq_b, &cq_b, &QpInit::default()).unwrap();
+    let attr = ConnectAttr {
+        access: Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0),
+        ..ConnectAttr::default()
+    };
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(&ib, &attr).unwrap();
+    b.connect(&ia, &attr).unwrap();
+    let src = pd.register(8 * 64, Access::LOCAL_WRITE).unwrap();
+    let dst = pd
+        .register(
+            8 * 64,
+            Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0),
+        )
+        .unwrap();
+    // The device is quiet: no event, and the fd says so.
+    assert_eq!(dev.poll_async_event().unwrap(), None);
+    let fd = dev.async_event_fd().unwrap();
+    assert!(!rdma_direct::event::wait_readable(fd, Duration::ZERO).unwrap());
+    assert_eq!(
+        dev.wait_async_event(Duration::from_millis(20)).unwrap(),
+        None
+    );
+
+    // The 5th WR fails inside the device with a local QP operation error.
+    dev.backend().inject(Fault::FailNth {
+        qpn: Some(a.qpn()),
+        nth: 5,
+        syndrome: syndrome::LOCAL_QP_OP,
+    });
+    let sges: Vec<_> = (0..32).map(|i| [src.sge(i * 8, 8)]).collect();
+    let wrs: Vec<SendWr> = (0..32u64)
+        .map(|i| {
+            let flags = if i % 8 == 7 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::NONE
+            };
+            SendWr::new(
+                i,
+                SendOp::Write {
+                    remote: dst.remote(i as usize * 8),
+                },
+                &sges[i as usize],
+                flags,
+            )
+        })
+        .collect();
+    a.post_send(&wrs).unwrap();
+    // Only the event fd is watched; the CQ is not polled before recovery.
+    let ev = dev
+        .wait_async_event(Duration::from_secs(10))
+        .unwrap()
+        .expect("a fatal QP event");
+    assert_eq!(ev, AsyncEvent::QpFatal { qpn: a.qpn() });
+    assert!(ev.is_qp_fatal() && ev.qpn() == Some(a.qpn()));
+    let mut seen: HashMap<u64, Vec<WcStatus>> = HashMap::new();
+    let r = a
+        .drain_and_reset(&mut cq_a, None, Duration::from_secs(10), |w| {
+            seen.entry(w.wr_id).or_default().push(w.status)
+        })
+        .unwrap();
+    let f = r.failure.expect("the failed WR");
+    assert_eq!((f.wr_id, f.status), (4, WcStatus::LOC_QP_OP_ERR));
+    for (id, st) in &seen {
+        assert_eq!(st.len(), 1, "wr {id} reported {st:?}");
+    }
+    for id in 0..32u64 {
+        let st = seen.get(&id).map(|v| v[0]);
+        match id {
+            // Signaled WRITEs before the failure succeeded (none here: the
+            // first signaled one is 7); unsignaled ones stay silent.
+            0..=3 => assert_eq!(st, None, "wr {id}"),
+            4 => assert_eq!(st, Some(WcStatus::LOC_QP_OP_ERR)),
+            _ => assert_eq!(st, Some(WcStatus::WR_FLUSH_ERR), "wr {id}"),
+        }
+    }
+    assert_eq!(a.outstanding(), 0);
+    // Both sides back to RTS, and the workload continues.
+    dev.backend().clear_faults();
+    b.recover(
+        &mut cq_b,
+        None,
+        &a.info(),
+        &attr,
+        Duration::from_secs(10),
+        |_| {},
+    )
+    .unwrap();
+    a.connect(&b.info(), &attr).unwrap();
+    let last = [SendWr::new(
+        99,
+        SendOp::Write {
+            remote: dst.remote(0),
+        },
+        &sges[0],
+        SendFlags::SIGNALED,
+    )];
+    a.post_send(&last).unwrap();
+    let mut out = [Wc::default(); 4];
+    let w = cq_a
+        .wait(
+            &mut a,
+            &mut out,
+            rdma_direct::event::WaitMode::BusyPoll,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!((out[0].wr_id, out[0].status, w), (99, WcStatus::SUCCESS, 1));
+    assert_eq!(dev.poll_async_event().unwrap(), None);
+    dev.backend().stop();
+}

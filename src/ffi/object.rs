@@ -1462,6 +1462,102 @@ pub unsafe extern "C" fn rdd_cq_event_fd(
     })
 }
 
+/// An asynchronous device event (see `rdd_device_poll_async_event`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdd_async_event {
+    /// `RDD_EVENT_*` (the `ibv_event_type` numbering).
+    pub kind: u32,
+    /// The QP number, CQ number or port number the event is about (as
+    /// `kind` implies; 0 for device-wide events).
+    pub element: u32,
+}
+
+/// A CQ overran or failed; `element` is the CQ number.
+pub const RDD_EVENT_CQ_ERR: u32 = 0;
+/// A QP hit a fatal error and is in ERROR; `element` is the QP number.
+/// Recover it with `rdd_qp_recover`.
+pub const RDD_EVENT_QP_FATAL: u32 = 1;
+/// An invalid request reached a QP, now in ERROR; `element` is the QPN.
+pub const RDD_EVENT_QP_REQ_ERR: u32 = 2;
+/// A remote access violation on a QP, now in ERROR; `element` is the QPN.
+pub const RDD_EVENT_QP_ACCESS_ERR: u32 = 3;
+/// The device failed: close and reopen it.
+pub const RDD_EVENT_DEVICE_FATAL: u32 = 8;
+/// A port became active; `element` is the port number.
+pub const RDD_EVENT_PORT_ACTIVE: u32 = 9;
+/// A port went down; `element` is the port number.
+pub const RDD_EVENT_PORT_ERR: u32 = 10;
+
+/// The C form of an event (kinds without a constant above keep their
+/// `ibv_event_type` value).
+fn async_event_c(e: crate::api::AsyncEvent) -> rdd_async_event {
+    use crate::api::AsyncEvent as E;
+    let (kind, element) = match e {
+        E::CqError { cqn } => (RDD_EVENT_CQ_ERR, cqn),
+        E::QpFatal { qpn } => (RDD_EVENT_QP_FATAL, qpn),
+        E::QpRequestError { qpn } => (RDD_EVENT_QP_REQ_ERR, qpn),
+        E::QpAccessError { qpn } => (RDD_EVENT_QP_ACCESS_ERR, qpn),
+        E::CommEstablished { qpn } => (4, qpn),
+        E::SqDrained { qpn } => (5, qpn),
+        E::LastWqeReached { qpn } => (16, qpn),
+        E::DeviceFatal => (RDD_EVENT_DEVICE_FATAL, 0),
+        E::PortActive { port } => (RDD_EVENT_PORT_ACTIVE, u32::from(port)),
+        E::PortError { port } => (RDD_EVENT_PORT_ERR, u32::from(port)),
+        E::Other { kind, element } => (kind, element),
+    };
+    rdd_async_event { kind, element }
+}
+
+/// Takes the device's next asynchronous event without blocking:
+/// `*out_found` is 1 and `*out` filled, or 0 when none is pending. A QP
+/// event of kind `RDD_EVENT_QP_FATAL`, `_REQ_ERR` or `_ACCESS_ERR` means
+/// the device moved that QP to ERROR: recover it with `rdd_qp_recover`.
+///
+/// # Safety
+/// `out` is valid for a write of one `rdd_async_event`, `out_found` of one
+/// `int`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_poll_async_event(
+    dev: *mut rdd_device,
+    out: *mut rdd_async_event,
+    out_found: *mut core::ffi::c_int,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out);
+        non_null!(out_found);
+        let d = try_status!(shared::<DeviceObj>(h(dev)));
+        let ev = try_status!(d.backend.poll_async_event().map_err(rdd_status::from));
+        if let Some(e) = ev {
+            // SAFETY: non-NULL (checked), writable (caller contract).
+            unsafe { put(out, async_event_c(e)) };
+        }
+        // SAFETY: as above.
+        unsafe { put(out_found, ev.is_some() as core::ffi::c_int) };
+        rdd_status::Ok
+    })
+}
+
+/// An fd that is readable while asynchronous events are pending on the
+/// device, for the application's own epoll set.
+///
+/// # Safety
+/// `out_fd` is valid for a write of one `int`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_async_event_fd(
+    dev: *mut rdd_device,
+    out_fd: *mut core::ffi::c_int,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_fd);
+        let d = try_status!(shared::<DeviceObj>(h(dev)));
+        let fd = try_status!(d.backend.async_event_fd().map_err(rdd_status::from));
+        // SAFETY: non-NULL (checked), writable (caller contract).
+        unsafe { put(out_fd, fd) };
+        rdd_status::Ok
+    })
+}
+
 /// True if handle `qh` at `qps[i]` also appears at an earlier index.
 fn qps_index_handle(qps: *const *mut rdd_qp, i: usize, qh: usize) -> bool {
     (0..i).any(|j| {
@@ -1999,10 +2095,6 @@ pub unsafe extern "C" fn rdd_qp_recover(
                 &QpModify::to(QpState::Error)
             ));
         }
-        let failure = {
-            let queues = list.as_mut_slice()[0].q.get_mut();
-            queues.sq.failure().or(queues.rq.failure())
-        };
         let outstanding = |l: &mut QpList| {
             let queues = l.as_mut_slice()[0].q.get_mut();
             u64::from(queues.sq.producer().wrapping_sub(queues.sq.retired()))
@@ -2037,6 +2129,12 @@ pub unsafe extern "C" fn rdd_qp_recover(
                 std::thread::yield_now();
             }
         }
+        // After the drain (the failed WR's completion may be among those
+        // drained); RESET clears the record.
+        let failure = {
+            let queues = list.as_mut_slice()[0].q.get_mut();
+            queues.sq.failure().or(queues.rq.failure())
+        };
         try_status!(modify_obj(
             &mut list.as_mut_slice()[0],
             &QpModify::to(QpState::Reset)

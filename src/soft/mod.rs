@@ -286,6 +286,11 @@ struct Cq {
     event: Arc<crate::event::EventFd>,
     /// Armed at this consumer index, not fired yet.
     armed_ci: Option<u32>,
+    /// The arm asks only for solicited (or error) completions.
+    armed_solicited: bool,
+    /// Producer index of the newest CQE that is solicited or an error
+    /// (what a solicited-only arm waits for).
+    last_solicited: Option<u32>,
 }
 
 /// What executing one WQE produced.
@@ -334,6 +339,8 @@ struct Engine {
     cqs: Vec<Option<Cq>>,
     pds: Vec<bool>,
     events: VecDeque<AsyncEvent>,
+    /// Readable while `events` is not empty (made on first request).
+    events_fd: Option<Arc<crate::event::EventFd>>,
     faults: Vec<Fault>,
     steps: u64,
     threaded: bool,
@@ -423,6 +430,14 @@ pub fn queue_sizes(init: &QpInit) -> (u32, u32) {
 }
 
 impl Engine {
+    /// Queues an asynchronous event and wakes whoever waits on the fd.
+    fn push_event(&mut self, ev: AsyncEvent) {
+        self.events.push_back(ev);
+        if let Some(fd) = &self.events_fd {
+            fd.signal();
+        }
+    }
+
     fn qp_index(&self, qpn: u32) -> Option<usize> {
         let i = qpn.checked_sub(QPN_BASE)? as usize;
         self.qps.get(i)?.as_ref().map(|_| i)
@@ -447,7 +462,7 @@ impl Engine {
         let ci = unsafe { mmio::read_dbrec(cq.mem.dbrec.ptr().cast::<u32>()) } & 0x00ff_ffff;
         if (cq.pi.wrapping_sub(ci) & 0x00ff_ffff) >= cq.cnt {
             cq.overrun = true;
-            self.events.push_back(AsyncEvent::CqOverrun { cqn });
+            self.push_event(AsyncEvent::CqOverrun { cqn });
             return false;
         }
         let slot = (cq.pi & (cq.cnt - 1)) as usize * cq.size as usize;
@@ -463,6 +478,11 @@ impl Engine {
             }
             core::ptr::copy_nonoverlapping(img.as_ptr(), base.add(at), 63);
             mmio::store_op_own(base.add(at + 63), (img[63] & 0xfe) | owner);
+        }
+        // op_own: opcode in bits 7..4, solicited event in bit 1 (§A.8).
+        let op = img[63] >> 4;
+        if img[63] & 0x02 != 0 || op == cqe_opcode::REQ_ERR || op == cqe_opcode::RESP_ERR {
+            cq.last_solicited = Some(cq.pi);
         }
         cq.pi = cq.pi.wrapping_add(1);
         true
@@ -495,8 +515,8 @@ impl Engine {
     /// doorbell write arms the CQ once: the device takes it (swaps the
     /// register back to 0, as a write-triggered register would be
     /// consumed), and fires one event as soon as a CQE exists at or after
-    /// the armed consumer index. Solicited-only arming fires on any
-    /// completion here.
+    /// the armed consumer index; a solicited-only arm (command bit 24) only
+    /// for a solicited or error CQE at or after it.
     fn fire_cq_events(&mut self) {
         for (i, slot) in self.cqs.iter_mut().enumerate() {
             let Some(cq) = slot.as_mut() else {
@@ -519,13 +539,19 @@ impl Engine {
             // is visible after this.
             let v = u64::from_be(reg.swap(0, Ordering::AcqRel));
             if v != 0 && (v & 0x00ff_ffff) as u32 == CQN_BASE + i as u32 {
-                cq.armed_ci = Some(((v >> 32) as u32) & 0x00ff_ffff);
+                let word = (v >> 32) as u32;
+                cq.armed_ci = Some(word & 0x00ff_ffff);
+                cq.armed_solicited = word & (1 << 24) != 0;
             }
             let Some(ci) = cq.armed_ci else {
                 continue;
             };
             let ahead = cq.pi.wrapping_sub(ci) & 0x00ff_ffff;
-            if ahead != 0 && ahead <= cq.cnt {
+            let wanted = !cq.armed_solicited
+                || cq
+                    .last_solicited
+                    .is_some_and(|s| (s.wrapping_sub(ci) & 0x00ff_ffff) < ahead);
+            if ahead != 0 && ahead <= cq.cnt && wanted {
                 cq.armed_ci = None;
                 cq.event.signal();
             }
@@ -638,7 +664,7 @@ impl Engine {
                     if state != QpState::Error {
                         self.set_error(qi);
                         if s == syndrome::LOCAL_QP_OP || s == syndrome::LOCAL_LENGTH {
-                            self.events.push_back(AsyncEvent::QpFatal { qpn });
+                            self.push_event(AsyncEvent::QpFatal { qpn });
                         }
                     }
                 }
@@ -987,6 +1013,7 @@ impl SoftDevice {
                     cqs: Vec::new(),
                     pds: Vec::new(),
                     events: VecDeque::new(),
+                    events_fd: None,
                     faults: Vec::new(),
                     steps: 0,
                     threaded: false,
@@ -1087,7 +1114,29 @@ impl SoftDevice {
 
     /// Next asynchronous event, if any.
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
-        self.engine().events.pop_front()
+        let mut e = self.engine();
+        let ev = e.events.pop_front();
+        if e.events.is_empty() {
+            if let Some(fd) = &e.events_fd {
+                fd.drain();
+            }
+        }
+        ev
+    }
+
+    /// An fd that is readable while asynchronous events are pending (for
+    /// the application's epoll set); take them with
+    /// [`SoftDevice::poll_async_event`].
+    pub fn async_event_fd(&self) -> Result<i32> {
+        let mut e = self.engine();
+        if e.events_fd.is_none() {
+            let fd = Arc::new(crate::event::EventFd::new()?);
+            if !e.events.is_empty() {
+                fd.signal();
+            }
+            e.events_fd = Some(fd);
+        }
+        Ok(e.events_fd.as_ref().map_or(-1, |f| f.fd()))
     }
 
     /// Adds a fault.
@@ -1193,6 +1242,8 @@ impl SoftDevice {
             users: 0,
             event,
             armed_ci: None,
+            armed_solicited: false,
+            last_solicited: None,
         });
         let dv = Mlx5dvCq {
             buf: mem.buf.ptr(),

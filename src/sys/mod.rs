@@ -18,3 +18,8 @@
 )]
 
 include!(concat!(env!("OUT_DIR"), "/mlx5dv_sys.rs"));
+
+/// bindgen of the kernel's uverbs command ABI and the rxe/siw driver ABIs
+/// (`rdma/ib_user_verbs.h`, `rdma/rdma_user_rxe.h`, `rdma/siw-abi.h`), used
+/// by [`crate::verbs::uverbs`].
+pub mod uverbs;

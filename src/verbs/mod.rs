@@ -33,6 +33,7 @@ pub mod cm;
 pub mod mlx5;
 pub mod oob;
 pub mod path;
+pub mod uverbs;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -353,6 +354,16 @@ impl VerbsDevice {
                 _ => (0, query_gid(ctx.ctx, port_num, 0)?),
             },
         };
+        // Non-blocking async events: `poll_async_event` must never block,
+        // and the fd can go into the application's epoll set.
+        // SAFETY: the context's own fd.
+        unsafe {
+            let fd = (*ctx.ctx).async_fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            }
+        }
         let caps = DeviceCaps {
             max_qp_wr: da.max_qp_wr.max(0) as u32,
             max_sge: da.max_sge.max(0) as u32,
@@ -799,6 +810,68 @@ impl Backend for VerbsDevice {
 
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         self.cq_channel_fd(cqn)
+    }
+
+    fn async_event_fd(&self) -> Result<i32> {
+        // SAFETY: live context.
+        Ok(unsafe { (*self.ctx.ctx).async_fd })
+    }
+
+    fn poll_async_event(&self) -> Result<Option<crate::api::AsyncEvent>> {
+        use crate::api::AsyncEvent as E;
+        let mut ev = core::mem::MaybeUninit::<sys::ibv_async_event>::zeroed();
+        // SAFETY: live context whose async fd is non-blocking (`open`);
+        // `ev` is writable.
+        if unsafe { sys::ibv_get_async_event(self.ctx.ctx, ev.as_mut_ptr()) } != 0 {
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK {
+                return Ok(None);
+            }
+            return Err(fail("ibv_get_async_event", errno));
+        }
+        let p = ev.as_ptr();
+        // The kernel's event number is read as the integer it is: a value
+        // newer than rdma-sys's enum must not become an invalid enum.
+        // SAFETY: `event_type` is a 4-byte C enum, written by the call.
+        let kind = unsafe { core::ptr::addr_of!((*p).event_type).cast::<u32>().read() };
+        // SAFETY: the element union's pointer members were written for the
+        // kinds that use them; the objects stay alive until the ack below
+        // (libibverbs' destroy calls wait for it).
+        let (qp, cq, port) = unsafe {
+            let el = core::ptr::addr_of!((*p).element);
+            ((*el).qp, (*el).cq, (*el).port_num)
+        };
+        let qpn = || {
+            // SAFETY: a live QP (see above).
+            unsafe { (*qp).qp_num }
+        };
+        let event = match kind {
+            0 => {
+                let t = self.lock();
+                let cqn = t.cqs.iter().find(|(_, e)| e.cq.0 == cq).map(|(n, _)| *n);
+                match cqn {
+                    Some(cqn) => E::CqError { cqn },
+                    None => E::Other { kind, element: 0 },
+                }
+            }
+            1 => E::QpFatal { qpn: qpn() },
+            2 => E::QpRequestError { qpn: qpn() },
+            3 => E::QpAccessError { qpn: qpn() },
+            4 => E::CommEstablished { qpn: qpn() },
+            5 => E::SqDrained { qpn: qpn() },
+            16 => E::LastWqeReached { qpn: qpn() },
+            8 => E::DeviceFatal,
+            9 => E::PortActive { port: port as u8 },
+            10 => E::PortError { port: port as u8 },
+            11..=13 | 17 | 18 => E::Other {
+                kind,
+                element: port as u32,
+            },
+            _ => E::Other { kind, element: 0 },
+        };
+        // SAFETY: the event taken above, acknowledged once.
+        unsafe { sys::ibv_ack_async_event(ev.as_mut_ptr()) };
+        Ok(Some(event))
     }
 
     fn cq_event_consume(&self, cqn: u32) -> Result<u32> {

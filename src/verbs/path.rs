@@ -841,6 +841,18 @@ impl VerbsCq {
         }
     }
 
+    /// `ibv_req_notify_cq`: any completion, or only solicited ones.
+    fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
+        // SAFETY: live CQ; `context` of a live CQ is live.
+        let op = unsafe { (*(*self.cq).context).ops.req_notify_cq };
+        let Some(f) = op else {
+            return Err(Error::Unsupported);
+        };
+        // SAFETY: live CQ; 0 = any completion, 1 = solicited only.
+        let r = unsafe { f(self.cq, i32::from(solicited_only)) };
+        super::check("ibv_req_notify_cq", r)
+    }
+
     fn refresh(&mut self) {
         // Acquire: pairs with the Release in `CqRegistry::add/remove`.
         let g = self.registry.gen.load(Ordering::Acquire);
@@ -942,13 +954,10 @@ impl PortableCq for VerbsCq {
     }
 
     fn arm(&mut self) -> Result<()> {
-        // SAFETY: live CQ; `context` of a live CQ is live.
-        let op = unsafe { (*(*self.cq).context).ops.req_notify_cq };
-        let Some(f) = op else {
-            return Err(Error::Unsupported);
-        };
-        // SAFETY: live CQ; 0 = any completion.
-        let r = unsafe { f(self.cq, 0) };
-        super::check("ibv_req_notify_cq", r)
+        self.req_notify(false)
+    }
+
+    fn arm_solicited(&mut self) -> Result<()> {
+        self.req_notify(true)
     }
 }
