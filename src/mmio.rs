@@ -8,6 +8,7 @@
 //! | [`to_device_barrier`] | compiler only | `dmb oshst` |
 //! | [`from_device_barrier`] | compiler only | `dmb oshld` |
 //! | [`wc_start`] / [`wc_flush`] | `sfence` | `dsb st` |
+//! | [`store_load_barrier`] | `mfence` (a locked op) | `dmb ish` |
 //!
 //! [`from_device_barrier`] is compiler-only on x86 as in DPDK (`rte_io_rmb`)
 //! and UCX (`ucs_memory_cpu_load_fence`): x86 does not reorder loads with
@@ -49,6 +50,20 @@ pub fn from_device_barrier() {
     }
     // x86: loads are not reordered with older loads; compiler barrier only.
     compiler_fence(Ordering::Acquire);
+}
+
+/// Orders earlier stores before later loads of memory shared with the
+/// kernel (a full fence): siw publishes an SQE's VALID flag and then
+/// checks whether the kernel consumed the previous one (reference §C.4),
+/// and arms a CQ through its control word and then re-polls (§C.3); a
+/// store followed by a load needs this, which acquire/release cannot give.
+/// The kernel side pairs it with `smp_store_mb`/`smp_mb`. rdma-core gets
+/// the same from sequentially consistent C11 atomics.
+#[inline(always)]
+pub fn store_load_barrier() {
+    // x86: `mfence` (or a locked instruction); aarch64: `dmb ish`. The
+    // fence is also a compiler barrier, and Miri models it.
+    core::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Orders the doorbell-record store (write-back memory) before a store to
