@@ -217,6 +217,7 @@ fn pair(a: &Args) -> Result<Pair, String> {
             device: Some(a.device.clone()),
             port: 1,
             gid_index: a.gid_index,
+            ..VerbsConfig::default()
         })
         .map_err(err("open device"))?,
     );

@@ -14,9 +14,15 @@
 #   verbs      tests/verbs_device.rs on rxe0 and siw0: every opcode with
 #              memory checked, bad rkey, flush on ERROR, typed WR errors,
 #              rdma_cm on both transports, waits with events and timeouts,
-#              async events; tests/uverbs_raw.rs: raw uverbs CQs and QPs
+#              async events; tests/uverbs_raw.rs: raw uverbs CQs and QPs;
+#              tests/direct_paths.rs: our own rxe/siw rings (wrap-around,
+#              talking to libibverbs' provider, a destroyed peer, a random
+#              workload, doorbells per batch)
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process (scripts/vm-interop.sh)
+#   (the verbs and interop stages run twice: on rdma-direct's own rxe/siw
+#   rings, RDMA_DIRECT_DATA_PATH=direct, and on libibverbs' providers,
+#   =portable)
 #   two-host   our programs on the two devices of the veth pair: pingpong
 #              (rxe, out-of-band) and rping (siw, rdma_cm, in two network
 #              namespaces) (scripts/vm-two-host.sh)
@@ -51,11 +57,20 @@ stage() { # stage NAME CMD...
 
 stage smoke bash "$HERE/vm-smoke.sh"
 IFS=: read -r -a TESTBINS <<<"$TESTBIN"
-for t in "${TESTBINS[@]}"; do
-  [ -x "$t" ] || { echo "vm-suite.sh: not executable: $t" >&2; exit 2; }
-  stage "verbs:$(basename "$t" | sed 's/-[0-9a-f]*$//')" timeout 600 "$t" --test-threads=1
+# The device tests and the interop checks run on both data paths rxe and
+# siw have: rdma-direct's own rings ("direct", the default) and
+# libibverbs' provider ("portable").
+for path in direct portable; do
+  for t in "${TESTBINS[@]}"; do
+    [ -x "$t" ] || { echo "vm-suite.sh: not executable: $t" >&2; exit 2; }
+    name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+    # The raw uverbs layer and the direct-path tests (which pick their
+    # paths themselves) run once.
+    case $name in uverbs_raw|direct_paths) [ "$path" = portable ] && continue ;; esac
+    stage "$path:$name" env RDMA_DIRECT_DATA_PATH=$path timeout 600 "$t" --test-threads=1
+  done
+  stage "$path:interop" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-interop.sh" "$EXDIR"
 done
-stage interop bash "$HERE/vm-interop.sh" "$EXDIR"
 stage two-host bash "$HERE/vm-two-host.sh" "$EXDIR"
 
 echo

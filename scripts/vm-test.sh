@@ -24,7 +24,7 @@ cargo build --release --features verbs --examples
 # Every real-device test binary: the verbs backend, the raw uverbs layer,
 # and the direct rxe/siw data paths.
 TESTBIN=""
-for t in verbs_device uverbs_raw; do
+for t in verbs_device uverbs_raw direct_paths; do
   bin=$(cargo test --release --features verbs --test "$t" --no-run 2>&1 |
     sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -n 1)
   if [ -z "$bin" ] || [ ! -x "$bin" ]; then

@@ -1565,9 +1565,11 @@ impl<B: Backend> Qp<B> {
         if !alone {
             return Err(Error::ResourceBusy);
         }
-        if self.state() != QpState::Error {
-            self.modify(&QpModify::to(QpState::Error))?;
-        }
+        // Always through the device, even if a completion already showed
+        // the QP in ERROR: the device's own state may lag (iWARP after a
+        // dropped connection), and the data path takes back work the
+        // device will never complete (see `verbs::direct`).
+        self.modify(&QpModify::to(QpState::Error))?;
         let deadline = Instant::now() + timeout;
         let mut reported = 0usize;
         let mut out = [Wc::default(); 32];

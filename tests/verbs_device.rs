@@ -15,178 +15,18 @@
 //! device's capability and say so.
 #![cfg(feature = "verbs")]
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_direct::api::{
-    Access, Backend, ConnectAttr, Cq, Device, Mr, Pd, Qp, QpInit, QpModify, QpState, Transport, Wc,
-    WcOpcode, WcStatus,
+    Access, Backend, ConnectAttr, Device, Mr, QpModify, QpState, Transport, Wc, WcOpcode, WcStatus,
 };
-use rdma_direct::verbs::cm::{self, CmConnection, CmListener, CmOptions};
 use rdma_direct::verbs::{list_devices, VerbsDevice};
 use rdma_direct::{Error, RecvWr, Remote, SendFlags, SendOp, SendWr};
 
-type Dev = VerbsDevice;
-
-fn in_vm() -> bool {
-    std::env::var("IN_RDMA_VM").as_deref() == Ok("1")
-}
-
-/// The devices to test: (name, IPv4 address of its netdev).
-fn devices(test: &str) -> Vec<(String, IpAddr)> {
-    let mut v = Vec::new();
-    for (d, ip) in [("RXE_DEV", "RXE_IP"), ("SIW_DEV", "SIW_IP")] {
-        if let (Ok(d), Ok(ip)) = (std::env::var(d), std::env::var(ip)) {
-            v.push((d, ip.parse().expect("device IP")));
-        }
-    }
-    if v.is_empty() {
-        assert!(
-            !in_vm(),
-            "{test}: IN_RDMA_VM=1 but RXE_DEV/SIW_DEV are not set"
-        );
-        eprintln!(
-            "{test}: NOT RUN: no RDMA device on this host (run scripts/vm-test.sh for the \
-             rxe/siw suite)"
-        );
-    }
-    v
-}
-
-/// The device named by `RXE_DEV` is the RoCE one (rxe in the VM; a
-/// ConnectX port when a user points the suite at real hardware).
-fn is_roce(name: &str) -> bool {
-    std::env::var("RXE_DEV").as_deref() == Ok(name)
-}
-
-const WAIT: Duration = Duration::from_secs(20);
-
-/// Polls `cq` until `n` completions arrived (or fails after [`WAIT`]).
-#[track_caller]
-fn wait(cq: &mut Cq<Dev>, qp: &mut Qp<Dev>, n: usize) -> Vec<Wc> {
-    let mut got = Vec::new();
-    let mut buf = [Wc::default(); 16];
-    let t0 = Instant::now();
-    while got.len() < n {
-        let k = cq.poll(qp, &mut buf).unwrap_or_else(|e| {
-            panic!(
-                "poll: {e} ({:?}) after {got:?}",
-                rdma_direct::verbs::last_error()
-            )
-        });
-        got.extend_from_slice(&buf[..k]);
-        assert!(
-            t0.elapsed() < WAIT,
-            "timed out: {} of {n} completions: {got:?}",
-            got.len()
-        );
-        if k == 0 {
-            thread::yield_now();
-        }
-    }
-    got
-}
-
-/// Asserts nothing more completes for a short while.
-fn quiet(cq: &mut Cq<Dev>, qp: &mut Qp<Dev>) {
-    let mut buf = [Wc::default(); 4];
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(200) {
-        assert_eq!(cq.poll(qp, &mut buf).unwrap(), 0, "unexpected {buf:?}");
-    }
-}
-
-struct Pair {
-    a: Qp<Dev>,
-    b: Qp<Dev>,
-    cq_a: Cq<Dev>,
-    cq_b: Cq<Dev>,
-    pd: Pd<Dev>,
-    dev: Device<Dev>,
-    conns: Vec<CmConnection>,
-}
-
-const ALL_REMOTE: Access = Access(
-    Access::LOCAL_WRITE.0
-        | Access::REMOTE_WRITE.0
-        | Access::REMOTE_READ.0
-        | Access::REMOTE_ATOMIC.0,
-);
-
-/// Two connected QPs on device `name`; `pre_a`/`pre_b` receives are posted
-/// before either side can send.
-fn pair(name: &str, ip: IpAddr, use_cm: bool, pre: &(dyn Fn(&mut Qp<Dev>, bool) + Sync)) -> Pair {
-    let dev = Device::new(VerbsDevice::open_named(name).expect("open device"));
-    let pd = dev.alloc_pd().unwrap();
-    let cq_a = dev.create_cq(256).unwrap();
-    let cq_b = dev.create_cq(256).unwrap();
-    let init = QpInit {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 64,
-    };
-    let mut a = pd.create_qp(&cq_a, &cq_a, &init).unwrap();
-    let mut b = pd.create_qp(&cq_b, &cq_b, &init).unwrap();
-    let mut conns = Vec::new();
-    if use_cm || dev.backend().port().transport == Transport::Iwarp {
-        let (ca, cb) = cm::retry(3, Duration::from_millis(200), || {
-            let l = CmListener::bind(SocketAddr::new(ip, 0), 4)?;
-            let dst = SocketAddr::new(ip, l.port());
-            let opts = CmOptions {
-                private_data: b"rdd-test".to_vec(),
-                ..CmOptions::default()
-            };
-            thread::scope(|s| {
-                let server = s.spawn(|| {
-                    l.accept(&mut b, &opts, |q| {
-                        pre(q, false);
-                        Ok(())
-                    })
-                });
-                let client = cm::connect(&mut a, dst, None, &opts, |q| {
-                    pre(q, true);
-                    Ok(())
-                });
-                let server = server.join().expect("accept thread");
-                Ok((client?, server?))
-            })
-        })
-        .expect("rdma_cm connection");
-        assert_eq!(&cb.private_data()[..8], b"rdd-test");
-        conns.push(ca);
-        conns.push(cb);
-    } else {
-        let attr = ConnectAttr {
-            access: ALL_REMOTE,
-            ..ConnectAttr::default()
-        };
-        let (ia, ib) = (a.info(), b.info());
-        let [i, r, t] = a.connect_steps(&ib, &attr);
-        a.modify(&i).unwrap();
-        pre(&mut a, true);
-        a.modify(&r).unwrap();
-        a.modify(&t).unwrap();
-        let [i, r, t] = b.connect_steps(&ia, &attr);
-        b.modify(&i).unwrap();
-        pre(&mut b, false);
-        b.modify(&r).unwrap();
-        b.modify(&t).unwrap();
-    }
-    assert_eq!(a.state(), QpState::Rts);
-    assert_eq!(b.state(), QpState::Rts);
-    Pair {
-        a,
-        b,
-        cq_a,
-        cq_b,
-        pd,
-        dev,
-        conns,
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn host_reports_missing_devices() {

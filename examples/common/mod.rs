@@ -191,9 +191,20 @@ mod verbs_impl {
             device: name.map(String::from),
             port: 1,
             gid_index: gid,
+            // Auto: the direct path where the device has one (mlx5, rxe,
+            // siw); RDMA_DIRECT_DATA_PATH=portable|direct overrides it.
+            ..VerbsConfig::default()
         };
         let shown = name.unwrap_or("(first device)");
-        VerbsDevice::open(&cfg).map(Device::new).map_err(|e| {
+        let opened = VerbsDevice::open(&cfg).map(Device::new);
+        if let Ok(d) = &opened {
+            eprintln!(
+                "{}: {:?} data path",
+                d.backend().name(),
+                d.backend().data_path()
+            );
+        }
+        opened.map_err(|e| {
             let names: Vec<String> = verbs::list_devices()
                 .unwrap_or_default()
                 .into_iter()

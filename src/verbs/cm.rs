@@ -27,6 +27,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
+use core::ffi::CStr;
+
 use rdma_sys as sys;
 
 use super::{check, fail, fail_errno, VerbsDevice};
@@ -259,11 +261,7 @@ fn cm_modify(
             attr.max_rd_atomic = attr.max_rd_atomic.min(rd).max(1);
         }
     }
-    let raw = qp.backend().raw_qp(qp.qpn())?;
-    // SAFETY: live QP (owned by `qp`); attributes from the CM.
-    check("ibv_modify_qp", unsafe {
-        sys::ibv_modify_qp(raw, &mut attr, mask)
-    })?;
+    qp.backend().modify_qp_attr(qp.qpn(), &mut attr, mask)?;
     qp.set_known_state(state);
     Ok(())
 }
@@ -355,7 +353,18 @@ fn conn_param(qpn: u32, o: &CmOptions) -> Result<sys::rdma_conn_param> {
 fn same_device(id: *mut sys::rdma_cm_id, qp: &Qp<VerbsDevice>) -> Result<()> {
     // SAFETY: live id; `verbs` is set once the id is bound to a device.
     let ctx = unsafe { (*id).verbs };
-    if ctx != qp.backend().context() {
+    // The same device, not necessarily the same context: the rxe/siw
+    // direct path keeps a context of its own (rdma_cm only needs the QP's
+    // number and our own state changes).
+    // SAFETY: both contexts are live; their devices' names are
+    // NUL-terminated.
+    let same = ctx == qp.backend().context()
+        || (!ctx.is_null()
+            && unsafe {
+                CStr::from_ptr((*(*ctx).device).name.as_ptr())
+                    == CStr::from_ptr((*(*qp.backend().context()).device).name.as_ptr())
+            });
+    if !same {
         // The address belongs to another RDMA device than the QP's.
         return Err(Error::InvalidAttribute);
     }

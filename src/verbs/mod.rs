@@ -30,6 +30,7 @@
 //! [`last_error`], because [`Error`] is a plain code.
 
 pub mod cm;
+pub(crate) mod direct;
 pub mod mlx5;
 pub mod oob;
 pub mod path;
@@ -157,6 +158,40 @@ pub struct VerbsConfig {
     /// GID index QPs send from (`None`: on RoCE the RoCEv2 IPv4 entry,
     /// else 0).
     pub gid_index: Option<u8>,
+    /// Which data path QPs and CQs use.
+    pub data_path: DataPath,
+}
+
+/// Which data path a [`VerbsDevice`] gives its QPs and CQs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataPath {
+    /// The fastest the device has: the mlx5 core on ConnectX, the direct
+    /// rxe/siw rings on the kernel's software devices, libibverbs
+    /// otherwise. The environment variable `RDMA_DIRECT_DATA_PATH`
+    /// (`portable` or `direct`) overrides it, so a whole program or test
+    /// suite can be run on either path unchanged.
+    #[default]
+    Auto,
+    /// libibverbs' `ibv_post_send` / `ibv_poll_cq` (any device).
+    Portable,
+    /// rdma-direct's own WQEs, doorbells and completion polling: mlx5, rxe
+    /// or siw; [`Error::Unsupported`] on other devices.
+    Direct,
+}
+
+impl DataPath {
+    /// `Auto` resolved through `RDMA_DIRECT_DATA_PATH`.
+    fn resolve(self) -> Result<DataPath> {
+        if self != DataPath::Auto {
+            return Ok(self);
+        }
+        match std::env::var("RDMA_DIRECT_DATA_PATH").as_deref() {
+            Err(_) | Ok("") | Ok("auto") => Ok(DataPath::Auto),
+            Ok("portable") => Ok(DataPath::Portable),
+            Ok("direct") => Ok(DataPath::Direct),
+            Ok(_) => Err(Error::InvalidAttribute),
+        }
+    }
 }
 
 /// Device attributes the backend checks requests against.
@@ -185,14 +220,21 @@ struct Raw<T>(*mut T);
 unsafe impl<T> Send for Raw<T> {}
 
 struct CqEntry {
+    /// libibverbs CQ (null on the rxe/siw direct path).
     cq: Raw<sys::ibv_cq>,
+    /// libibverbs channel (null on the rxe/siw direct path).
     channel: Raw<sys::ibv_comp_channel>,
+    /// The rxe/siw direct path's CQ and its own completion channel.
+    direct: Option<(Arc<uverbs::UverbsCq>, Arc<uverbs::CompChannel>)>,
     registry: Arc<path::CqRegistry>,
     qps: u32,
 }
 
 struct QpEntry {
+    /// libibverbs QP (null on the rxe/siw direct path).
     qp: Raw<sys::ibv_qp>,
+    /// The rxe/siw direct path's QP.
+    direct: Option<Arc<uverbs::UverbsQp>>,
     /// Portable path: the wr_id tables.
     track: Option<Arc<path::QpTrack>>,
     /// mlx5 direct path: the thread domain (freed after the QP).
@@ -211,6 +253,9 @@ struct Tables {
     mrs: HashMap<u32, (Raw<sys::ibv_mr>, u32)>,
     cqs: HashMap<u32, CqEntry>,
     qps: HashMap<u32, QpEntry>,
+    /// rxe/siw direct path: the `user_handle` each QP was created with
+    /// (what the kernel's async events name) to its QP number.
+    qp_handles: HashMap<u64, u32>,
 }
 
 /// The owner of the device context. Dropped last (after every object that
@@ -240,6 +285,10 @@ pub struct VerbsDevice {
     name: String,
     port: PortInfo,
     caps: DeviceCaps,
+    /// rxe/siw direct path: the device kind and the context's async event
+    /// reader (the context is private to this device: no libibverbs QP or
+    /// CQ exists on it whose events libibverbs would have to see).
+    direct: Option<(uverbs::Kind, uverbs::AsyncEvents)>,
     tables: Mutex<Tables>,
 }
 
@@ -310,8 +359,43 @@ impl VerbsDevice {
     /// Opens a device. [`Error::NoDevice`] if there is none (or none with
     /// the requested name).
     pub fn open(cfg: &VerbsConfig) -> Result<VerbsDevice> {
-        let (ctx, owned) = open_context(cfg.device.as_deref())?;
+        let path = cfg.data_path.resolve()?;
+        // The rxe/siw direct path creates its own CQs and QPs with raw
+        // uverbs commands; it takes a context of its own, so that no
+        // libibverbs object shares its async events (reference §F).
+        let (ctx, owned) = if path == DataPath::Portable {
+            open_context(cfg.device.as_deref())?
+        } else {
+            let (c, owned) = open_context(cfg.device.as_deref())?;
+            // SAFETY: a live context.
+            match unsafe { uverbs::Kind::detect(c) } {
+                Some(_) => {
+                    // SAFETY: live context: its device.
+                    let dev = unsafe { (*c).device };
+                    if owned {
+                        // SAFETY: opened by open_context for us alone.
+                        unsafe { sys::ibv_close_device(c) };
+                    }
+                    // SAFETY: a live device (libibverbs keeps its device
+                    // list for the process).
+                    let p = unsafe { sys::ibv_open_device(dev) };
+                    if p.is_null() {
+                        return Err(fail_errno("ibv_open_device"));
+                    }
+                    (p, true)
+                }
+                None => (c, owned),
+            }
+        };
         let ctx = Arc::new(Ctx { ctx, owned });
+        // SAFETY: live context.
+        let kind = unsafe { uverbs::Kind::detect(ctx.ctx) };
+        let direct = match (path, kind) {
+            (DataPath::Portable, _) => None,
+            // SAFETY: live context, kept open by `ctx` (held by the device).
+            (_, Some(k)) => Some((k, unsafe { uverbs::AsyncEvents::new(ctx.ctx) }?)),
+            (_, None) => None,
+        };
         // SAFETY: live context; its device pointer and name are valid.
         let (name, iwarp) = unsafe {
             let dev = (*ctx.ctx).device;
@@ -371,8 +455,12 @@ impl VerbsDevice {
             max_qp_rd_atom: da.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: da.max_qp_init_rd_atom.max(0) as u32,
             atomics: da.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
-            direct_mlx5: mlx5::usable(ctx.ctx),
+            direct_mlx5: path != DataPath::Portable && mlx5::usable(ctx.ctx),
         };
+        if path == DataPath::Direct && direct.is_none() && !caps.direct_mlx5 {
+            // No direct path for this device.
+            return Err(Error::Unsupported);
+        }
         Ok(VerbsDevice {
             ctx,
             name,
@@ -385,6 +473,7 @@ impl VerbsDevice {
                 mtu: mtu_bytes(pa.active_mtu),
             },
             caps,
+            direct,
             tables: Mutex::new(Tables {
                 next: 1,
                 ..Tables::default()
@@ -405,6 +494,16 @@ impl VerbsDevice {
         self.caps
     }
 
+    /// The data path this device's QPs use: [`DataPath::Direct`] (mlx5
+    /// core, or rdma-direct's own rxe/siw rings) or [`DataPath::Portable`].
+    pub fn data_path(&self) -> DataPath {
+        if self.direct.is_some() || self.caps.direct_mlx5 {
+            DataPath::Direct
+        } else {
+            DataPath::Portable
+        }
+    }
+
     /// The raw context (for rdma_cm and for callers mixing in their own
     /// libibverbs calls).
     pub fn context(&self) -> *mut sys::ibv_context {
@@ -420,15 +519,33 @@ impl VerbsDevice {
     pub fn cq_channel_fd(&self, cqn: u32) -> Result<i32> {
         let t = self.lock();
         let e = t.cqs.get(&cqn).ok_or(Error::NoSuchObject)?;
+        if let Some((_, ch)) = &e.direct {
+            return Ok(ch.fd());
+        }
         // SAFETY: the channel lives as long as its table entry.
         Ok(unsafe { (*e.channel.0).fd })
     }
 
-    /// The raw QP (for rdma_cm's connect/accept, which take its number and
-    /// move it through its states).
-    pub(crate) fn raw_qp(&self, qpn: u32) -> Result<*mut sys::ibv_qp> {
-        let t = self.lock();
-        Ok(t.qps.get(&qpn).ok_or(Error::NoSuchObject)?.qp.0)
+    /// Modifies QP `qpn` with exactly `attr` and `mask` (rdma_cm's
+    /// `rdma_init_qp_attr` results), on whichever path the QP is.
+    pub(crate) fn modify_qp_attr(
+        &self,
+        qpn: u32,
+        attr: &mut sys::ibv_qp_attr,
+        mask: i32,
+    ) -> Result<()> {
+        let (qp, direct) = {
+            let t = self.lock();
+            let e = t.qps.get(&qpn).ok_or(Error::NoSuchObject)?;
+            (e.qp.0, e.direct.clone())
+        };
+        match direct {
+            Some(d) => d.modify_raw(attr, mask as u32),
+            // SAFETY: live QP (in the tables); attributes filled for `mask`.
+            None => check("ibv_modify_qp", unsafe {
+                sys::ibv_modify_qp(qp, attr, mask)
+            }),
+        }
     }
 
     /// Records a state the kernel moved a QP to (rdma_cm on iWARP), so
@@ -448,6 +565,7 @@ impl VerbsDevice {
         qp: *mut sys::ibv_qp,
         track: Option<Arc<path::QpTrack>>,
         td: Option<mlx5::ThreadDomain>,
+        direct: Option<Arc<uverbs::UverbsQp>>,
         pd: u32,
         cqs: [u32; 2],
     ) {
@@ -466,6 +584,7 @@ impl VerbsDevice {
             qpn,
             QpEntry {
                 qp: Raw(qp),
+                direct,
                 track,
                 _td: td,
                 cqs,
@@ -630,6 +749,9 @@ impl Backend for VerbsDevice {
     }
 
     fn create_cq(&self, depth: u32) -> Result<RawCq> {
+        if let Some((kind, _)) = self.direct {
+            return self.create_direct_cq(kind, depth);
+        }
         if depth == 0 || (self.caps.max_cqe != 0 && depth > self.caps.max_cqe) {
             return Err(Error::InvalidAttribute);
         }
@@ -685,6 +807,7 @@ impl Backend for VerbsDevice {
             CqEntry {
                 cq: Raw(cq),
                 channel: Raw(ch),
+                direct: None,
                 registry,
                 qps: 0,
             },
@@ -701,6 +824,12 @@ impl Backend for VerbsDevice {
         let e = t.cqs.get(&cqn).ok_or(Error::NoSuchObject)?;
         if e.qps != 0 {
             return Err(Error::ResourceBusy);
+        }
+        if e.direct.is_some() {
+            // The kernel CQ goes when its last holder (this entry, the
+            // poller, QPs that used it) lets go of it.
+            t.cqs.remove(&cqn);
+            return Ok(());
         }
         // SAFETY: a live CQ with no QP left.
         check("ibv_destroy_cq", unsafe { sys::ibv_destroy_cq(e.cq.0) })?;
@@ -720,6 +849,9 @@ impl Backend for VerbsDevice {
             || (c.max_sge != 0 && (init.max_send_sge > c.max_sge || init.max_recv_sge > c.max_sge))
         {
             return Err(Error::InvalidAttribute);
+        }
+        if let Some((kind, _)) = self.direct {
+            return self.create_direct_qp(kind, pd, send_cq, recv_cq, init);
         }
         let mut t = self.lock();
         let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
@@ -741,7 +873,16 @@ impl Backend for VerbsDevice {
             };
             // SAFETY: live QP.
             let qpn = unsafe { (*qp).qp_num };
-            self.register_qp(&mut t, qpn, qp, None, Some(td), pd, [send_cq, recv_cq]);
+            self.register_qp(
+                &mut t,
+                qpn,
+                qp,
+                None,
+                Some(td),
+                None,
+                pd,
+                [send_cq, recv_cq],
+            );
             return Ok(RawQp {
                 path: RawQpPath::Mlx5(dv),
                 qpn,
@@ -776,7 +917,16 @@ impl Backend for VerbsDevice {
             ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
         ));
         let portable = path::VerbsQp::new(qp, Arc::clone(&track), caps, self.caps.atomics);
-        self.register_qp(&mut t, qpn, qp, Some(track), None, pd, [send_cq, recv_cq]);
+        self.register_qp(
+            &mut t,
+            qpn,
+            qp,
+            Some(track),
+            None,
+            None,
+            pd,
+            [send_cq, recv_cq],
+        );
         Ok(RawQp {
             path: RawQpPath::Portable(std::boxed::Box::new(portable)),
             qpn,
@@ -787,12 +937,8 @@ impl Backend for VerbsDevice {
     }
 
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
-        let qp = self.raw_qp(qpn)?;
         let (mut attr, mask) = qp_attr(m, &self.caps);
-        // SAFETY: live QP; attributes filled for `mask`.
-        check("ibv_modify_qp", unsafe {
-            sys::ibv_modify_qp(qp, &mut attr, mask as i32)
-        })?;
+        self.modify_qp_attr(qpn, &mut attr, mask as i32)?;
         self.note_state(qpn, m.state);
         Ok(())
     }
@@ -819,6 +965,9 @@ impl Backend for VerbsDevice {
 
     fn poll_async_event(&self) -> Result<Option<crate::api::AsyncEvent>> {
         use crate::api::AsyncEvent as E;
+        if let Some((_, reader)) = &self.direct {
+            return self.poll_direct_async_event(reader);
+        }
         let mut ev = core::mem::MaybeUninit::<sys::ibv_async_event>::zeroed();
         // SAFETY: live context whose async fd is non-blocking (`open`);
         // `ev` is writable.
@@ -878,6 +1027,12 @@ impl Backend for VerbsDevice {
         let (ch, cq) = {
             let t = self.lock();
             let e = t.cqs.get(&cqn).ok_or(Error::NoSuchObject)?;
+            if let Some((_, ch)) = &e.direct {
+                let ch = Arc::clone(ch);
+                drop(t);
+                // One channel per CQ: every event is this CQ's.
+                return ch.consume(|_| {});
+            }
             (e.channel.0, e.cq.0)
         };
         let mut n = 0u32;
@@ -903,14 +1058,20 @@ impl Backend for VerbsDevice {
     fn destroy_qp(&self, qpn: u32) -> Result<()> {
         let mut t = self.lock();
         let e = t.qps.get(&qpn).ok_or(Error::NoSuchObject)?;
-        // SAFETY: a live QP; the data-path handle that posted to it is
-        // being dropped (the API destroys the QP from the handle's Drop).
-        check("ibv_destroy_qp", unsafe { sys::ibv_destroy_qp(e.qp.0) })?;
+        if e.direct.is_none() {
+            // SAFETY: a live QP; the data-path handle that posted to it is
+            // being dropped (the API destroys the QP from the handle's
+            // Drop).
+            check("ibv_destroy_qp", unsafe { sys::ibv_destroy_qp(e.qp.0) })?;
+        }
+        // A direct QP is destroyed (and unmapped) when its last holder, the
+        // data-path handle dropping next, lets go.
         // The thread domain (if any) is freed with the entry, after the QP.
         let Some(e) = t.qps.remove(&qpn) else {
             return Ok(());
         };
         let (cqs, pd) = (e.cqs, e.pd);
+        t.qp_handles.retain(|_, q| *q != qpn);
         for cqn in cqs {
             if let Some(c) = t.cqs.get_mut(&cqn) {
                 c.qps -= 1;

@@ -38,21 +38,26 @@ const SGES: usize = 128;
 /// Completions fetched from the provider per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
 /// wr_id bit that marks a receive.
-const RECV_BIT: u64 = 1 << 63;
+pub(crate) const RECV_BIT: u64 = 1 << 63;
 /// Slot flag: the user asked for a completion.
-const USER_SIGNALED: u32 = 1;
+pub(crate) const USER_SIGNALED: u32 = 1;
 /// Slot flag: the provider refused the WR (the user got a PostError). Some
 /// providers (siw) may still have queued it and flush it later; its
 /// completion, if one comes, is retired without being reported.
-const REFUSED: u32 = 2;
+pub(crate) const REFUSED: u32 = 2;
+/// Slot flag: the provider was asked for a completion (the user's or a
+/// forced one): retirement waits for it.
+pub(crate) const SIGNALED: u32 = 4;
+/// Slot flag: its completion was seen (set by the poller).
+const DONE: u32 = 8;
 
 /// One posted WR: the user's wr_id, whether to report it, and what it was
 /// (for [`crate::wr::FailedWr`]): first local buffer, remote address,
 /// `length << 32 | lkey`, `rkey << 32 | opcode << 8 | inline`.
 #[derive(Default)]
-struct Slot {
-    wr_id: AtomicU64,
-    flags: AtomicU32,
+pub(crate) struct Slot {
+    pub(crate) wr_id: AtomicU64,
+    pub(crate) flags: AtomicU32,
     detail: [AtomicU64; 4],
 }
 
@@ -60,7 +65,7 @@ impl Slot {
     /// Stores the WR's shape (Relaxed: published with the slot by the
     /// Release store of the posted counter).
     #[allow(clippy::too_many_arguments)]
-    fn describe(
+    pub(crate) fn describe(
         &self,
         laddr: u64,
         raddr: u64,
@@ -111,19 +116,27 @@ impl Slot {
 /// poster Acquire-loads it before reusing slots.
 pub struct QpTrack {
     qpn: u32,
-    sq: Box<[Slot]>,
-    sq_mask: u64,
-    sq_cap: u64,
-    rq: Box<[Slot]>,
-    rq_mask: u64,
-    rq_cap: u64,
-    sq_posted: AtomicU64,
-    sq_done: AtomicU64,
-    rq_posted: AtomicU64,
-    rq_done: AtomicU64,
+    pub(crate) sq: Box<[Slot]>,
+    pub(crate) sq_mask: u64,
+    pub(crate) sq_cap: u64,
+    pub(crate) rq: Box<[Slot]>,
+    pub(crate) rq_mask: u64,
+    pub(crate) rq_cap: u64,
+    pub(crate) sq_posted: AtomicU64,
+    pub(crate) sq_done: AtomicU64,
+    /// One past the newest send completion seen (poller only).
+    pub(crate) sq_hi: AtomicU64,
+    pub(crate) rq_posted: AtomicU64,
+    pub(crate) rq_done: AtomicU64,
     state: AtomicU32,
     /// The first failed WR since creation or RESET (cold path).
     failure: Mutex<Option<crate::wr::FailedWr>>,
+    /// Send WRs (our sequence numbers) the device will never complete,
+    /// taken back from its ring: the poller reports them flushed (cold
+    /// path; see `DirectQp`).
+    stranded: Mutex<Vec<u64>>,
+    /// `stranded` is not empty (checked by the poller without the lock).
+    has_stranded: AtomicU32,
 }
 
 impl QpTrack {
@@ -141,10 +154,13 @@ impl QpTrack {
             rq_cap: u64::from(rq_cap.max(1)),
             sq_posted: AtomicU64::new(0),
             sq_done: AtomicU64::new(0),
+            sq_hi: AtomicU64::new(0),
             rq_posted: AtomicU64::new(0),
             rq_done: AtomicU64::new(0),
             state: AtomicU32::new(QpState::Reset as u32),
             failure: Mutex::new(None),
+            stranded: Mutex::new(Vec::new()),
+            has_stranded: AtomicU32::new(0),
         }
     }
 
@@ -160,14 +176,14 @@ impl QpTrack {
         self.state.store(st as u32, Ordering::Relaxed);
     }
 
-    fn state(&self) -> u32 {
+    pub(crate) fn state(&self) -> u32 {
         // Relaxed: see `set_state`.
         self.state.load(Ordering::Relaxed)
     }
 
     /// Marks the WRs `[from, to)` of one queue (`slots`, `mask`, its
     /// posted counter) as refused (see [`REFUSED`]).
-    fn refuse(slots: &[Slot], mask: u64, posted: &AtomicU64, from: u64, to: u64) {
+    pub(crate) fn refuse(slots: &[Slot], mask: u64, posted: &AtomicU64, from: u64, to: u64) {
         for seq in from..to {
             // Relaxed, then a Release store of the posted counter (already
             // covering these) republishes the flags.
@@ -198,12 +214,45 @@ impl QpTrack {
         }
     }
 
+    /// Records send WRs (sequence numbers) the device will never complete;
+    /// the poller of the send CQ reports them as flushed.
+    pub(crate) fn add_stranded(&self, seqs: &[u64]) {
+        if seqs.is_empty() {
+            return;
+        }
+        let mut v = self.stranded.lock().unwrap_or_else(|p| p.into_inner());
+        v.extend_from_slice(seqs);
+        // Release: the list is filled before a poller that sees the flag
+        // takes the lock (which orders it anyway).
+        self.has_stranded.store(1, Ordering::Release);
+    }
+
+    /// Takes up to `max` stranded sequence numbers.
+    fn take_stranded(&self, max: usize, out: &mut Vec<u64>) {
+        // Acquire: pairs with `add_stranded`.
+        if self.has_stranded.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut v = self.stranded.lock().unwrap_or_else(|p| p.into_inner());
+        let n = v.len().min(max);
+        out.extend(v.drain(..n));
+        if v.is_empty() {
+            // Relaxed: under the lock.
+            self.has_stranded.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the recorded failure (after RESET).
+    pub(crate) fn clear_failure(&self) {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// The first failed WR since creation or RESET.
     pub fn failure(&self) -> Option<crate::wr::FailedWr> {
         *self.failure.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn complete(&self, wr_id: u64, status: u32, vendor_err: u32) -> Result<Option<u64>> {
+    pub(crate) fn complete(&self, wr_id: u64, status: u32, vendor_err: u32) -> Result<Option<u64>> {
         let ok = status == 0;
         if wr_id & RECV_BIT != 0 {
             let seq = wr_id & !RECV_BIT;
@@ -242,9 +291,38 @@ impl QpTrack {
         // Relaxed: ordered by the Acquire above.
         let user = slot.wr_id.load(Ordering::Relaxed);
         let flags = slot.flags.load(Ordering::Relaxed);
-        // An RC send queue completes in order: this completion retires
-        // every earlier (unsignaled) WR too. Release: see receives.
-        self.sq_done.store(seq + 1, Ordering::Release);
+        if flags & DONE != 0 {
+            // A second completion for one WR.
+            return Err(Error::CqeCorrupt);
+        }
+        // Relaxed: the poller's own mark, read only by the poller (the
+        // poster rewrites the slot only after it is retired below).
+        slot.flags.store(flags | DONE, Ordering::Relaxed);
+        // On InfiniBand and RoCE an RC send queue completes in order, so
+        // this completion retires every earlier (unsignaled) WR too. iWARP
+        // (siw) reports a WRITE or SEND once it is on the wire, before the
+        // response to an earlier READ: so retire the prefix up to the
+        // newest completion seen, stopping at a WR that still awaits its
+        // own completion.
+        // Relaxed: only this poller uses sq_hi.
+        let hi = self.sq_hi.load(Ordering::Relaxed).max(seq + 1);
+        self.sq_hi.store(hi, Ordering::Relaxed);
+        let mut d = done;
+        while d < hi {
+            // Relaxed: flags of posted slots, ordered by the Acquire above.
+            let f = self.sq[(d & self.sq_mask) as usize]
+                .flags
+                .load(Ordering::Relaxed);
+            if f & (DONE | REFUSED) == 0 && f & SIGNALED != 0 {
+                break;
+            }
+            d += 1;
+        }
+        if d != done {
+            // Release: the slot reads above happen before the poster may
+            // reuse the slots.
+            self.sq_done.store(d, Ordering::Release);
+        }
         if flags & REFUSED != 0 || (ok && flags & USER_SIGNALED == 0) {
             return Ok(None);
         }
@@ -432,7 +510,7 @@ fn fill_send(
 }
 
 /// The first SGE's address and lkey, and the total length, of a list.
-fn first_and_total(sges: &[crate::wr::Sge]) -> (u64, u32, u32) {
+pub(crate) fn first_and_total(sges: &[crate::wr::Sge]) -> (u64, u32, u32) {
     let (addr, lkey) = sges.first().map_or((0, 0), |s| (s.addr, s.lkey));
     let len = sges.iter().fold(0u32, |a, s| a.wrapping_add(s.length));
     (addr, lkey, len)
@@ -450,7 +528,7 @@ fn bad_index<T>(bad: *mut T, chain: *const T, n: usize) -> usize {
 }
 
 /// Stores a send WR's shape in its slot.
-fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
+pub(crate) fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
     let (raddr, rkey) = wr.op.remote().map_or((0, 0), |r| (r.addr, r.rkey));
     let op = match wr.op {
         SendOp::Write { .. } | SendOp::WriteImm { .. } => WcOpcode::RDMA_WRITE,
@@ -471,6 +549,12 @@ fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
             slot.describe(0, raddr, len, 0, rkey, op.0, true);
         }
     }
+}
+
+/// A send slot's flags for a WR the user did (not) ask a completion for,
+/// and that the provider is (not) asked to complete.
+pub(crate) fn slot_flags(user_signaled: bool, signaled: bool) -> u32 {
+    (u32::from(user_signaled) * USER_SIGNALED) | (u32::from(signaled) * SIGNALED)
 }
 
 /// Number of provider SGE entries a WR needs.
@@ -559,7 +643,8 @@ impl PortableQp for VerbsQp {
                 // in the last free slot asks for one. Earlier forcing would
                 // only add completions to users who signal one WR in N
                 // with N below the depth (perftest-style moderation).
-                if user_signaled || self.unsignaled >= t.sq_cap.max(1) {
+                let signaled = user_signaled || self.unsignaled >= t.sq_cap.max(1);
+                if signaled {
                     w.send_flags |= SendFlags::SIGNALED.0;
                     self.unsignaled = 0;
                 }
@@ -571,10 +656,8 @@ impl PortableQp for VerbsQp {
                 describe_send(slot, wr);
                 // Relaxed: published by the Release store of sq_posted.
                 slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                slot.flags.store(
-                    if user_signaled { USER_SIGNALED } else { 0 },
-                    Ordering::Relaxed,
-                );
+                slot.flags
+                    .store(slot_flags(user_signaled, signaled), Ordering::Relaxed);
                 n += 1;
             }
             if n > 0 {
@@ -768,6 +851,7 @@ impl PortableQp for VerbsQp {
             // completions exist after RESET.
             let p = self.track.sq_posted.load(Ordering::Relaxed);
             self.track.sq_done.store(p, Ordering::Release);
+            self.track.sq_hi.store(p, Ordering::Relaxed);
             let r = self.track.rq_posted.load(Ordering::Relaxed);
             self.track.rq_done.store(r, Ordering::Release);
             self.unsignaled = 0;
@@ -811,12 +895,95 @@ unsafe fn post_recv_raw(
     }
 }
 
-/// A portable CQ: polls through libibverbs.
-pub struct VerbsCq {
-    cq: *mut sys::ibv_cq,
+/// A poller's lock-free view of a [`CqRegistry`]: a copy of its QP list,
+/// refreshed when the generation moves.
+pub(crate) struct RegistryView {
     registry: Arc<CqRegistry>,
     seen_gen: u64,
     qps: Vec<Arc<QpTrack>>,
+}
+
+impl RegistryView {
+    /// A view of `registry` (filled on the first refresh).
+    pub(crate) fn new(registry: Arc<CqRegistry>) -> RegistryView {
+        RegistryView {
+            registry,
+            seen_gen: u64::MAX,
+            qps: Vec::new(),
+        }
+    }
+
+    /// Re-reads the QP list if it changed.
+    pub(crate) fn refresh(&mut self) {
+        // Acquire: pairs with the Release in `CqRegistry::add/remove`.
+        let g = self.registry.gen.load(Ordering::Acquire);
+        if g != self.seen_gen {
+            let v = self.registry.qps.lock().unwrap_or_else(|p| p.into_inner());
+            self.qps.clone_from(&v);
+            self.seen_gen = g;
+        }
+    }
+
+    fn track(&self, qpn: u32) -> Option<&QpTrack> {
+        self.qps.iter().find(|t| t.qpn == qpn).map(|t| &**t)
+    }
+
+    /// Fills `out` with flush completions for send WRs the device will
+    /// never complete ([`QpTrack::add_stranded`]); returns how many.
+    pub(crate) fn stranded(&self, out: &mut [Wc]) -> Result<usize> {
+        let mut n = 0usize;
+        let mut seqs = Vec::new();
+        for t in &self.qps {
+            if n == out.len() {
+                break;
+            }
+            seqs.clear();
+            t.take_stranded(out.len() - n, &mut seqs);
+            for &seq in &seqs {
+                let mut w = Wc {
+                    wr_id: seq,
+                    status: WcStatus::WR_FLUSH_ERR,
+                    opcode: WcOpcode::SEND,
+                    qp_num: t.qpn,
+                    ..Wc::default()
+                };
+                if self.finish(&mut w)? {
+                    out[n] = w;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Turns a provider completion carrying one of our wr_ids (read once
+    /// from provider memory into `w`) into the user's: `Ok(false)` for a
+    /// completion that is not reported (a forced signal, a refused WR),
+    /// [`Error::CqeCorrupt`] for a QP or wr_id that names nothing
+    /// outstanding. On error completions the opcode is undefined: it is
+    /// derived from the queue the WR came from, and the QP is recorded as
+    /// in ERROR.
+    pub(crate) fn finish(&self, w: &mut Wc) -> Result<bool> {
+        let Some(track) = self.track(w.qp_num) else {
+            return Err(Error::CqeCorrupt);
+        };
+        let recv = w.wr_id & RECV_BIT != 0;
+        let Some(user) = track.complete(w.wr_id, w.status.0, w.vendor_err)? else {
+            return Ok(false);
+        };
+        w.wr_id = user;
+        if w.status != WcStatus::SUCCESS {
+            w.opcode = if recv { WcOpcode::RECV } else { WcOpcode::SEND };
+            track.set_state(QpState::Error);
+        }
+        Ok(true)
+    }
+}
+
+/// A portable CQ: polls through libibverbs.
+pub struct VerbsCq {
+    cq: *mut sys::ibv_cq,
+    view: RegistryView,
     depth: u32,
     /// Where the provider writes completions, reused by every poll (only
     /// the entries it reports are read).
@@ -832,9 +999,7 @@ impl VerbsCq {
     pub fn new(cq: *mut sys::ibv_cq, registry: Arc<CqRegistry>, depth: u32) -> VerbsCq {
         VerbsCq {
             cq,
-            registry,
-            seen_gen: u64::MAX,
-            qps: Vec::new(),
+            view: RegistryView::new(registry),
             depth,
             // SAFETY: all-zero is a valid ibv_wc.
             wcs: Box::new(unsafe { core::mem::zeroed() }),
@@ -851,20 +1016,6 @@ impl VerbsCq {
         // SAFETY: live CQ; 0 = any completion, 1 = solicited only.
         let r = unsafe { f(self.cq, i32::from(solicited_only)) };
         super::check("ibv_req_notify_cq", r)
-    }
-
-    fn refresh(&mut self) {
-        // Acquire: pairs with the Release in `CqRegistry::add/remove`.
-        let g = self.registry.gen.load(Ordering::Acquire);
-        if g != self.seen_gen {
-            let v = self.registry.qps.lock().unwrap_or_else(|p| p.into_inner());
-            self.qps.clone_from(&v);
-            self.seen_gen = g;
-        }
-    }
-
-    fn track(&self, qpn: u32) -> Option<&QpTrack> {
-        self.qps.iter().find(|t| t.qpn == qpn).map(|t| &**t)
     }
 }
 
@@ -883,7 +1034,7 @@ unsafe fn poll_raw(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
 
 impl PortableCq for VerbsCq {
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
-        self.refresh();
+        self.view.refresh();
         let mut filled = 0usize;
         while filled < out.len() {
             let want = (out.len() - filled).min(POLL_BATCH);
@@ -895,23 +1046,6 @@ impl PortableCq for VerbsCq {
             let got = (got as usize).min(want);
             for w in &self.wcs[..got] {
                 // Read each provider-written field once, then validate.
-                let (wr_id, status, qp_num) = (w.wr_id, w.status, w.qp_num);
-                let Some(track) = self.track(qp_num) else {
-                    return Err(Error::CqeCorrupt);
-                };
-                let Some(user) = track.complete(wr_id, status, w.vendor_err)? else {
-                    continue;
-                };
-                let recv = wr_id & RECV_BIT != 0;
-                // On error completions the opcode is undefined: derive it
-                // from which queue the WR came from.
-                let opcode = if status == 0 {
-                    w.opcode
-                } else if recv {
-                    WcOpcode::RECV.0
-                } else {
-                    WcOpcode::SEND.0
-                };
                 let flags = w.wc_flags;
                 // SAFETY: reading a u32 union field; both variants are u32.
                 let raw_imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
@@ -920,14 +1054,14 @@ impl PortableCq for VerbsCq {
                 } else {
                     raw_imm
                 };
-                out[filled] = Wc {
-                    wr_id: user,
-                    status: WcStatus(status),
-                    opcode: WcOpcode(opcode),
+                let mut wc = Wc {
+                    wr_id: w.wr_id,
+                    status: WcStatus(w.status),
+                    opcode: WcOpcode(w.opcode),
                     vendor_err: w.vendor_err,
                     byte_len: w.byte_len,
                     imm_data: imm,
-                    qp_num,
+                    qp_num: w.qp_num,
                     src_qp: w.src_qp,
                     wc_flags: flags,
                     pkey_index: w.pkey_index,
@@ -937,10 +1071,10 @@ impl PortableCq for VerbsCq {
                     syndrome: 0,
                     reserved: 0,
                 };
-                if status != 0 {
-                    track.set_state(QpState::Error);
+                if self.view.finish(&mut wc)? {
+                    out[filled] = wc;
+                    filled += 1;
                 }
-                filled += 1;
             }
             if got < want {
                 break;

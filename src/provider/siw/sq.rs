@@ -140,6 +140,46 @@ impl SiwSendQueue {
         wqe_word_fields(self.ring.flags(c).load(order)).0 & wqe_flags::VALID != 0
     }
 
+    /// Takes back the SQEs the kernel has not picked up (VALID still set),
+    /// oldest first, calling `f` with each one's `id` (the wr_id posted);
+    /// returns how many. For a QP in ERROR: siw flushes the SQ ring only
+    /// when its transmit engine is busy (siw_qp.c, the CLOSING and
+    /// TERMINATE transitions), so SQEs posted after the connection went
+    /// down are never completed by the kernel, and the caller reports
+    /// them flushed itself. An SQE the kernel takes at the same time (its
+    /// flags change under the compare-and-swap) is left to the kernel.
+    pub fn reclaim(&mut self, mut f: impl FnMut(u64)) -> u32 {
+        let n = self.ring.len();
+        let mut count = 0;
+        for i in 0..n {
+            let c = self.put.wrapping_sub(n).wrapping_add(i);
+            let word = self.ring.flags(c);
+            // Acquire: pairs with our own release publication; the id read
+            // below is the one posted.
+            let v = word.load(Ordering::Acquire);
+            let (flags, num_sge, opcode) = wqe_word_fields(v);
+            if flags & wqe_flags::VALID == 0 {
+                continue;
+            }
+            // SAFETY: offset 0 of an element of the mapping; the element is
+            // VALID, so the kernel has not picked it up and does not write
+            // it.
+            let id: u64 = unsafe { read_at(self.ring.slot(c), 0) };
+            let cleared = wqe_word(flags & !wqe_flags::VALID, num_sge, opcode);
+            // AcqRel: the kernel's pick-up (which clears the flags) and this
+            // take-back exclude each other; whoever changes the word first
+            // owns the SQE.
+            if word
+                .compare_exchange(v, cleared, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                f(id);
+                count += 1;
+            }
+        }
+        count
+    }
+
     /// SQEs that can be posted now: the run of free slots from the
     /// producer (the kernel picks SQEs up in order). Costs one load per
     /// free slot.

@@ -1,0 +1,757 @@
+//! The direct data paths on the kernel's software devices: rdma-direct
+//! writes rxe and siw WQEs itself into rings it created and mapped
+//! ([`super::uverbs`]), rings the doorbell itself (one empty POST_SEND per
+//! batch, reference §B.6 and §C.4), and polls the completion rings itself.
+//! The kernel is the consumer; libibverbs' rxe/siw providers are not
+//! involved beyond the PD and MRs.
+//!
+//! Behind [`PortableQp`]/[`PortableCq`], with the portable path's
+//! bookkeeping ([`QpTrack`], [`CqRegistry`]): the rings carry our own
+//! wr_ids (a sequence number per queue; bit 63 marks receives), which the
+//! poller maps back to the user's, so send-queue space is exact and an
+//! unsignaled run is broken by a forced signal that is retired silently.
+//! The codecs ([`crate::provider::rxe`], [`crate::provider::siw`])
+//! validate the device-specific rules (siw: no atomics or immediate data,
+//! READ with one SGE) and decode completions; kernel-written memory is
+//! read once and validated there.
+
+use std::sync::Arc;
+
+use super::path::slot_flags;
+use super::path::{describe_send, first_and_total, CqRegistry, QpTrack, RegistryView, RECV_BIT};
+use super::uverbs::{UverbsCq, UverbsQp};
+use crate::api::{PortableCq, PortableQp};
+use crate::error::{Error, PostError, Result};
+use crate::provider::mlx5::{QpState, Wc, WcOpcode};
+use crate::provider::{rxe, siw};
+use crate::sync::Ordering;
+use crate::wr::{validate_recv, validate_send, QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
+
+/// WRs handed to a codec per call (one producer publication, at most one
+/// doorbell).
+const BATCH: usize = 32;
+
+/// The send ring of a direct QP.
+pub(crate) enum SendRing {
+    /// rxe (§B.3).
+    Rxe(rxe::RxeSendQueue),
+    /// siw (§C.2).
+    Siw(siw::SiwSendQueue),
+}
+
+/// The receive ring of a direct QP.
+pub(crate) enum RecvRing {
+    /// rxe (§B.4).
+    Rxe(rxe::RxeRecvQueue),
+    /// siw (§C.2).
+    Siw(siw::SiwRecvQueue),
+}
+
+/// The completion ring of a direct CQ.
+pub(crate) enum CqRing {
+    /// rxe (§B.5).
+    Rxe(rxe::RxeCq),
+    /// siw (§C.2, §C.3).
+    Siw(siw::SiwCq),
+}
+
+impl SendRing {
+    /// # Safety
+    /// As the codecs' `post`.
+    unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<bool, PostError> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                SendRing::Rxe(q) => q.post(wrs).map(|p| p.doorbell),
+                SendRing::Siw(q) => q.post(wrs).map(|p| p.doorbell),
+            }
+        }
+    }
+    fn take_doorbell(&mut self) -> bool {
+        match self {
+            SendRing::Rxe(q) => q.take_doorbell(),
+            SendRing::Siw(q) => q.take_doorbell(),
+        }
+    }
+    fn set_state(&mut self, s: QpState) {
+        match self {
+            SendRing::Rxe(q) => q.set_state(s),
+            SendRing::Siw(q) => q.set_state(s),
+        }
+    }
+    fn capacity(&self) -> u32 {
+        match self {
+            SendRing::Rxe(q) => q.capacity(),
+            SendRing::Siw(q) => q.num_sqe(),
+        }
+    }
+}
+
+impl RecvRing {
+    /// # Safety
+    /// As the codecs' `post`.
+    unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<usize, PostError> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                RecvRing::Rxe(q) => q.post(wrs),
+                RecvRing::Siw(q) => q.post(wrs),
+            }
+        }
+    }
+    fn set_state(&mut self, s: QpState) {
+        match self {
+            RecvRing::Rxe(q) => q.set_state(s),
+            RecvRing::Siw(q) => q.set_state(s),
+        }
+    }
+    fn capacity(&self) -> u32 {
+        match self {
+            RecvRing::Rxe(q) => q.capacity(),
+            RecvRing::Siw(q) => q.num_rqe(),
+        }
+    }
+}
+
+/// A QP on the direct path.
+pub(crate) struct DirectQp {
+    qp: Arc<UverbsQp>,
+    /// The CQs outlive the QP in the kernel (a CQ with a QP on it cannot
+    /// be destroyed).
+    _cqs: [Arc<UverbsCq>; 2],
+    sq: SendRing,
+    rq: Option<RecvRing>,
+    track: Arc<QpTrack>,
+    caps: QpCaps,
+    atomics: bool,
+    /// Unsignaled sends since the last signaled one.
+    unsignaled: u64,
+}
+
+impl DirectQp {
+    /// Wraps a created QP and its mapped rings. `track` must hold the
+    /// rings' capacities.
+    pub(crate) fn new(
+        qp: Arc<UverbsQp>,
+        cqs: [Arc<UverbsCq>; 2],
+        sq: SendRing,
+        rq: Option<RecvRing>,
+        track: Arc<QpTrack>,
+        caps: QpCaps,
+        atomics: bool,
+    ) -> DirectQp {
+        let mut q = DirectQp {
+            qp,
+            _cqs: cqs,
+            sq,
+            rq,
+            track,
+            caps,
+            atomics,
+            unsignaled: 0,
+        };
+        q.state_changed(QpState::Reset);
+        q
+    }
+
+    /// The capacities a [`QpTrack`] for these rings needs.
+    pub(crate) fn ring_capacity(sq: &SendRing, rq: Option<&RecvRing>) -> (u32, u32) {
+        (sq.capacity(), rq.map_or(0, RecvRing::capacity))
+    }
+
+    /// Rings the doorbell (after WRs were published).
+    fn ring(&self) -> Result<()> {
+        self.qp.doorbell()
+    }
+}
+
+impl PortableQp for DirectQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        let t = &*self.track;
+        if !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32) {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidQpState,
+            });
+        }
+        let blank = SendWr::new(0, SendOp::Send, &[], SendFlags::NONE);
+        let mut buf = [blank; BATCH];
+        let mut done = 0usize;
+        while done < wrs.len() {
+            // Relaxed: this thread is the only writer of sq_posted.
+            let base = t.sq_posted.load(Ordering::Relaxed);
+            // Acquire: pairs with the poller's Release of sq_done, so the
+            // slots it has read are free to overwrite.
+            let retired = t.sq_done.load(Ordering::Acquire);
+            let mut n = 0usize;
+            let mut refused = None;
+            while done + n < wrs.len() && n < BATCH {
+                let wr = &wrs[done + n];
+                let check = validate_send(wr, &self.caps).and_then(|_| {
+                    if wr.op.is_atomic() && !self.atomics {
+                        return Err(Error::Unsupported);
+                    }
+                    if wr.flags.0 & !SendFlags::ALL.0 != 0 {
+                        return Err(Error::InvalidFlags);
+                    }
+                    if base + n as u64 - retired >= t.sq_cap {
+                        return Err(Error::SqFull);
+                    }
+                    Ok(())
+                });
+                if let Err(e) = check {
+                    refused = Some(e);
+                    break;
+                }
+                let seq = base + n as u64;
+                let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
+                let mut flags = SendFlags(
+                    wr.flags.0
+                        & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0),
+                );
+                self.unsignaled += 1;
+                // As the portable path: force a completion only when an
+                // unsignaled run would fill the queue.
+                let signaled = user_signaled || self.unsignaled >= t.sq_cap.max(1);
+                if signaled {
+                    flags = flags | SendFlags::SIGNALED;
+                    self.unsignaled = 0;
+                }
+                buf[n] = SendWr {
+                    wr_id: seq,
+                    flags,
+                    ..*wr
+                };
+                let slot = &t.sq[(seq & t.sq_mask) as usize];
+                describe_send(slot, wr);
+                // Relaxed: published by the Release store of sq_posted.
+                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+                slot.flags
+                    .store(slot_flags(user_signaled, signaled), Ordering::Relaxed);
+                n += 1;
+            }
+            if n > 0 {
+                // Release: the slots before the kernel may complete them.
+                t.sq_posted.store(base + n as u64, Ordering::Release);
+                // SAFETY: SGEs name memory registered with this device
+                // (checked by the kernel against its MR table, lkey, PD
+                // and access, before any access); inline payloads are the
+                // caller's slices, copied into the WQE before return.
+                match unsafe { self.sq.post(&buf[..n]) } {
+                    Ok(doorbell) => {
+                        if doorbell {
+                            if let Err(e) = self.ring() {
+                                // Published but not rung: the kernel may
+                                // still run or flush them. Their
+                                // completions (if any) are retired
+                                // silently; a later one or RESET retires
+                                // them otherwise.
+                                QpTrack::refuse(
+                                    &t.sq,
+                                    t.sq_mask,
+                                    &t.sq_posted,
+                                    base,
+                                    base + n as u64,
+                                );
+                                return Err(PostError {
+                                    index: done,
+                                    error: e,
+                                });
+                            }
+                        }
+                        done += n;
+                    }
+                    Err(e) => {
+                        // WRs before `e.index` are published; the refused
+                        // one and those after it were never written, so
+                        // their sequence numbers are handed back (no
+                        // completion can name them).
+                        t.sq_posted.store(base + e.index as u64, Ordering::Release);
+                        self.unsignaled = 0;
+                        let rung = if self.sq.take_doorbell() {
+                            self.ring()
+                        } else {
+                            Ok(())
+                        };
+                        return Err(PostError {
+                            index: done + e.index,
+                            error: rung.err().unwrap_or(e.error),
+                        });
+                    }
+                }
+            }
+            if let Some(e) = refused {
+                return Err(PostError {
+                    index: done,
+                    error: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        let t = &*self.track;
+        if t.state() == QpState::Reset as u32 {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidQpState,
+            });
+        }
+        let Some(rq) = self.rq.as_mut() else {
+            return Err(PostError {
+                index: 0,
+                error: Error::RqFull,
+            });
+        };
+        let none: &[Sge] = &[];
+        let mut buf = [RecvWr {
+            wr_id: 0,
+            sges: none,
+        }; BATCH];
+        let mut done = 0usize;
+        while done < wrs.len() {
+            // Relaxed: only this thread writes rq_posted.
+            let base = t.rq_posted.load(Ordering::Relaxed);
+            // Acquire: pairs with the poller's Release of rq_done.
+            let retired = t.rq_done.load(Ordering::Acquire);
+            let mut n = 0usize;
+            let mut refused = None;
+            while done + n < wrs.len() && n < BATCH {
+                let wr = &wrs[done + n];
+                let check = validate_recv(wr, &self.caps).and_then(|_| {
+                    if base + n as u64 - retired >= t.rq_cap {
+                        return Err(Error::RqFull);
+                    }
+                    Ok(())
+                });
+                if let Err(e) = check {
+                    refused = Some(e);
+                    break;
+                }
+                let seq = base + n as u64;
+                buf[n] = RecvWr {
+                    wr_id: seq | RECV_BIT,
+                    sges: wr.sges,
+                };
+                let slot = &t.rq[(seq & t.rq_mask) as usize];
+                let (la, lk, len) = first_and_total(wr.sges);
+                slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
+                // Relaxed: published by the Release store of rq_posted.
+                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+                slot.flags.store(0, Ordering::Relaxed);
+                n += 1;
+            }
+            if n > 0 {
+                // Release: the slots before the kernel may complete them.
+                t.rq_posted.store(base + n as u64, Ordering::Release);
+                // SAFETY: as in `post_send` (the kernel checks every SGE
+                // before writing). No system call: the kernel reads the
+                // ring when a message arrives (§B.4, §C.3).
+                if let Err(e) = unsafe { rq.post(&buf[..n]) } {
+                    t.rq_posted.store(base + e.index as u64, Ordering::Release);
+                    return Err(PostError {
+                        index: done + e.index,
+                        error: e.error,
+                    });
+                }
+                done += n;
+            }
+            if let Some(e) = refused {
+                return Err(PostError {
+                    index: done,
+                    error: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn send_space(&self) -> u32 {
+        let t = &*self.track;
+        // Relaxed/Acquire: a snapshot; Acquire as in `post_send`.
+        let used = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
+        t.sq_cap.saturating_sub(used) as u32
+    }
+
+    fn failure(&self) -> Option<crate::wr::FailedWr> {
+        self.track.failure()
+    }
+
+    fn capacity(&self) -> (u32, u32) {
+        (self.track.sq_cap as u32, self.track.rq_cap as u32)
+    }
+
+    fn outstanding(&self) -> u64 {
+        let t = &*self.track;
+        // Acquire: pairs with the poller's Release stores of *_done.
+        let s = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
+        let r = t.rq_posted.load(Ordering::Relaxed) - t.rq_done.load(Ordering::Acquire);
+        s + r
+    }
+
+    fn state(&self) -> QpState {
+        match self.track.state() {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            _ => QpState::Error,
+        }
+    }
+
+    fn state_changed(&mut self, state: QpState) {
+        self.track.set_state(state);
+        if state == QpState::Error {
+            if let SendRing::Siw(q) = &mut self.sq {
+                // siw completes (flushes) only the SQEs its transmit
+                // engine has picked up; after a dropped connection the rest
+                // stay in the ring for good. Take them back and have the
+                // poller report them flushed, so no WR is lost.
+                let mut seqs = std::vec::Vec::new();
+                q.reclaim(|id| seqs.push(id));
+                seqs.sort_unstable();
+                self.track.add_stranded(&seqs);
+            }
+        }
+        // The codecs refuse what the state forbids; ERROR still takes WRs
+        // (the kernel flushes them), as the other paths do.
+        let ring_state = if state == QpState::Error {
+            QpState::Rts
+        } else {
+            state
+        };
+        self.sq.set_state(ring_state);
+        if let Some(rq) = self.rq.as_mut() {
+            rq.set_state(if state == QpState::Reset {
+                QpState::Reset
+            } else {
+                QpState::Rts
+            });
+        }
+        if state == QpState::Reset {
+            // The kernel emptied the queues (rxe zeroes both indices);
+            // nothing is outstanding. Relaxed loads: this thread owns the
+            // posting side and no completions exist after RESET.
+            let p = self.track.sq_posted.load(Ordering::Relaxed);
+            self.track.sq_done.store(p, Ordering::Release);
+            self.track.sq_hi.store(p, Ordering::Relaxed);
+            let r = self.track.rq_posted.load(Ordering::Relaxed);
+            self.track.rq_done.store(r, Ordering::Release);
+            self.unsignaled = 0;
+            self.track.clear_failure();
+            if let SendRing::Rxe(q) = &mut self.sq {
+                q.resync();
+            }
+            if let Some(RecvRing::Rxe(q)) = &mut self.rq {
+                q.resync();
+            }
+        }
+    }
+}
+
+/// A CQ on the direct path.
+pub(crate) struct DirectCq {
+    cq: Arc<UverbsCq>,
+    ring: CqRing,
+    view: RegistryView,
+}
+
+impl DirectCq {
+    /// Wraps a created CQ and its mapped ring.
+    pub(crate) fn new(cq: Arc<UverbsCq>, ring: CqRing, registry: Arc<CqRegistry>) -> DirectCq {
+        DirectCq {
+            cq,
+            ring,
+            view: RegistryView::new(registry),
+        }
+    }
+
+    /// Entries the ring holds.
+    pub(crate) fn ring_depth(ring: &CqRing) -> u32 {
+        match ring {
+            CqRing::Rxe(c) => c.depth(),
+            CqRing::Siw(c) => c.depth(),
+        }
+    }
+
+    fn notify(&mut self, solicited_only: bool) -> Result<()> {
+        match &mut self.ring {
+            // rxe has no shared-memory arm: a REQ_NOTIFY_CQ command.
+            CqRing::Rxe(_) => self.cq.req_notify(solicited_only),
+            // siw arms through the control word after the ring (§C.3).
+            CqRing::Siw(c) => {
+                c.arm(solicited_only);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl PortableCq for DirectCq {
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
+        self.view.refresh();
+        let mut filled = 0usize;
+        while filled < out.len() {
+            let want = out.len() - filled;
+            let dst = &mut out[filled..];
+            let got = match &mut self.ring {
+                CqRing::Rxe(c) => c.poll(dst),
+                CqRing::Siw(c) => c.poll(dst),
+            };
+            let got = match got {
+                Ok(n) => n.min(want),
+                // A corrupt entry after good ones is left for the next
+                // call by the codec; first in a call, it is reported.
+                Err(e) if filled == 0 => return Err(e),
+                Err(_) => break,
+            };
+            // Compact: keep the completions the user asked for.
+            let mut kept = 0usize;
+            for i in 0..got {
+                let mut w = out[filled + i];
+                if self.view.finish(&mut w)? {
+                    out[filled + kept] = w;
+                    kept += 1;
+                }
+            }
+            filled += kept;
+            if got < want {
+                break;
+            }
+        }
+        if filled < out.len() {
+            // WRs the kernel will never complete (see `DirectQp`).
+            filled += self.view.stranded(&mut out[filled..])?;
+        }
+        Ok(filled)
+    }
+
+    fn depth(&self) -> u32 {
+        DirectCq::ring_depth(&self.ring)
+    }
+
+    fn arm(&mut self) -> Result<()> {
+        self.notify(false)
+    }
+
+    fn arm_solicited(&mut self) -> Result<()> {
+        self.notify(true)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The device side: creating direct CQs and QPs, and their async events.
+
+use super::{path as vpath, uverbs, CqEntry, Raw, VerbsDevice};
+use crate::api::{RawCq, RawCqPath, RawQp, RawQpPath};
+use crate::soft::QpInit;
+
+impl VerbsDevice {
+    /// A CQ on the rxe/siw direct path: our own CREATE_CQ with our own
+    /// completion channel, the ring mapped and handed to the codec.
+    pub(super) fn create_direct_cq(&self, kind: uverbs::Kind, depth: u32) -> Result<RawCq> {
+        let cqn = {
+            let mut t = self.lock();
+            let h = t.next;
+            t.next += 1;
+            h
+        };
+        // SAFETY: the device's live context, kept open by `self.ctx`
+        // (every CQ handle holds it through `keep`).
+        let ch = Arc::new(unsafe { uverbs::CompChannel::create(self.ctx.ctx) }?);
+        // SAFETY: as above; the channel is this context's.
+        let cq = Arc::new(unsafe {
+            uverbs::UverbsCq::create(
+                self.ctx.ctx,
+                kind,
+                depth.max(1),
+                Some(ch.fd()),
+                u64::from(cqn),
+            )
+        }?);
+        let ring = match kind {
+            uverbs::Kind::Rxe => {
+                // SAFETY: the CQ's own mapping, alive while `cq` is (the
+                // DirectCq holds it).
+                let c = unsafe { rxe::RxeCq::new(cq.ring_ptr(), cq.ring_len()) }?;
+                CqRing::Rxe(c)
+            }
+            uverbs::Kind::Siw => {
+                // SAFETY: as above; `entries` is the kernel's num_cqe.
+                let c = unsafe { siw::SiwCq::new(cq.ring_ptr(), cq.ring_len(), cq.entries()) }?;
+                CqRing::Siw(c)
+            }
+        };
+        let registry = Arc::new(CqRegistry::default());
+        let poller = DirectCq::new(Arc::clone(&cq), ring, Arc::clone(&registry));
+        self.lock().cqs.insert(
+            cqn,
+            CqEntry {
+                cq: Raw(core::ptr::null_mut()),
+                channel: Raw(core::ptr::null_mut()),
+                direct: Some((cq, ch)),
+                registry,
+                qps: 0,
+            },
+        );
+        Ok(RawCq {
+            path: RawCqPath::Portable(std::boxed::Box::new(poller)),
+            cqn,
+            keep: self.ctx.clone(),
+        })
+    }
+
+    /// An RC QP on the rxe/siw direct path: our own CREATE_QP on the PD
+    /// libibverbs made, both rings mapped and handed to the codecs.
+    pub(super) fn create_direct_qp(
+        &self,
+        kind: uverbs::Kind,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        init: &QpInit,
+    ) -> Result<RawQp> {
+        let c = &self.caps;
+        if init.max_send_wr == 0
+            || (c.max_qp_wr != 0
+                && (init.max_send_wr > c.max_qp_wr || init.max_recv_wr > c.max_qp_wr))
+            || (c.max_sge != 0 && (init.max_send_sge > c.max_sge || init.max_recv_sge > c.max_sge))
+        {
+            return Err(Error::InvalidAttribute);
+        }
+        let mut t = self.lock();
+        let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
+        let cq_of = |n: u32| -> Result<Arc<UverbsCq>> {
+            let e = t.cqs.get(&n).ok_or(Error::NoSuchObject)?;
+            e.direct
+                .as_ref()
+                .map(|(cq, _)| Arc::clone(cq))
+                .ok_or(Error::InvalidAttribute)
+        };
+        let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
+        let uh = u64::from(t.next);
+        t.next += 1;
+        let want = QpInit {
+            max_recv_wr: init.max_recv_wr.max(1),
+            max_send_sge: init.max_send_sge.max(1),
+            max_recv_sge: init.max_recv_sge.max(1),
+            ..*init
+        };
+        // SAFETY: live context (held by the device); `pdp` is a live PD of
+        // it (in the tables); the CQs are this context's.
+        let qp = Arc::new(unsafe {
+            uverbs::UverbsQp::create(
+                self.ctx.ctx,
+                kind,
+                (*pdp).handle,
+                &scq,
+                &rcq,
+                &want,
+                false,
+                uh,
+            )
+        }?);
+        let caps = QpCaps {
+            max_send_sge: want.max_send_sge,
+            max_inline_data: want.max_inline_data,
+            max_recv_sge: want.max_recv_sge,
+        };
+        let sq_view = qp.sq().ok_or(Error::InvalidGeometry)?;
+        let rq_view = qp.rq();
+        let (sq, rq) = match kind {
+            uverbs::Kind::Rxe => {
+                // SAFETY: the QP's own mappings, alive while `qp` is (the
+                // DirectQp holds it); SGEs are checked by the kernel.
+                let sq = SendRing::Rxe(unsafe {
+                    rxe::RxeSendQueue::new(qp.sq_ptr(), qp.sq_len(), caps)
+                }?);
+                let rq = match rq_view {
+                    // SAFETY: as above.
+                    Some(_) => Some(RecvRing::Rxe(unsafe {
+                        rxe::RxeRecvQueue::new(qp.rq_ptr(), qp.rq_len(), &caps)
+                    }?)),
+                    None => None,
+                };
+                (sq, rq)
+            }
+            uverbs::Kind::Siw => {
+                // SAFETY: as above; the element counts are the kernel's.
+                let sq = SendRing::Siw(unsafe {
+                    siw::SiwSendQueue::new(qp.sq_ptr(), qp.sq_len(), sq_view.slots, caps, false)
+                }?);
+                let rq = match rq_view {
+                    // SAFETY: as above.
+                    Some(v) => Some(RecvRing::Siw(unsafe {
+                        siw::SiwRecvQueue::new(qp.rq_ptr(), qp.rq_len(), v.slots, &caps)
+                    }?)),
+                    None => None,
+                };
+                (sq, rq)
+            }
+        };
+        let qpn = qp.qp_num();
+        let (sq_cap, rq_cap) = DirectQp::ring_capacity(&sq, rq.as_ref());
+        let track = Arc::new(vpath::QpTrack::new(qpn, sq_cap, rq_cap.max(1)));
+        let atomics = self.caps.atomics && kind == uverbs::Kind::Rxe;
+        let dq = DirectQp::new(
+            Arc::clone(&qp),
+            [scq, rcq],
+            sq,
+            rq,
+            Arc::clone(&track),
+            caps,
+            atomics,
+        );
+        t.qp_handles.insert(uh, qpn);
+        self.register_qp(
+            &mut t,
+            qpn,
+            core::ptr::null_mut(),
+            Some(track),
+            None,
+            Some(qp),
+            pd,
+            [send_cq, recv_cq],
+        );
+        Ok(RawQp {
+            path: RawQpPath::Portable(std::boxed::Box::new(dq)),
+            qpn,
+            caps,
+            psn: super::random_psn(),
+            keep: self.ctx.clone(),
+        })
+    }
+
+    /// The next async event of a direct-path context, read from its fd.
+    pub(super) fn poll_direct_async_event(
+        &self,
+        reader: &uverbs::AsyncEvents,
+    ) -> Result<Option<crate::api::AsyncEvent>> {
+        use crate::api::AsyncEvent as E;
+        let Some(ev) = reader.poll_async_event()? else {
+            return Ok(None);
+        };
+        let kind = ev.event_type;
+        let qpn = || -> Option<u32> { self.lock().qp_handles.get(&ev.element).copied() };
+        let cqn = u32::try_from(ev.element).unwrap_or(u32::MAX);
+        let port = u8::try_from(ev.element).unwrap_or(0);
+        let qp_event = |mk: fn(u32) -> E| match qpn() {
+            Some(q) => mk(q),
+            None => E::Other { kind, element: cqn },
+        };
+        Ok(Some(match kind {
+            0 => E::CqError { cqn },
+            1 => qp_event(|qpn| E::QpFatal { qpn }),
+            2 => qp_event(|qpn| E::QpRequestError { qpn }),
+            3 => qp_event(|qpn| E::QpAccessError { qpn }),
+            4 => qp_event(|qpn| E::CommEstablished { qpn }),
+            5 => qp_event(|qpn| E::SqDrained { qpn }),
+            16 => qp_event(|qpn| E::LastWqeReached { qpn }),
+            8 => E::DeviceFatal,
+            9 => E::PortActive { port },
+            10 => E::PortError { port },
+            _ => E::Other { kind, element: cqn },
+        }))
+    }
+}
