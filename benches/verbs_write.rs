@@ -8,7 +8,15 @@
 //! Usage:
 //! `verbs_write --mode bw|lat --device NAME [--size BYTES] [--iters N]
 //! [--tx-depth N] [--cq-mod N] [--batch N] [--warmup N] [--ip ADDR]
-//! [--gid-index N]`
+//! [--gid-index N] [--data-path auto|direct|portable]`
+//!
+//! `--data-path` picks the backend's data path ([`DataPath`]): on rxe and
+//! siw `direct` is rdma-direct's own rings (WQEs written by us, one empty
+//! POST_SEND per chain as the doorbell), `portable` is libibverbs'
+//! provider (`ibv_post_send` with a chain per call; `--batch 1` is one WR
+//! per call, as perftest posts). The bw line reports the write() system
+//! calls the process made during the timed loop, per WR (`syscw` of
+//! /proc/self/io: on rxe and siw every doorbell is one write()).
 //!
 //! Both QPs live on one device in this process (as in
 //! `tests/verbs_device.rs`; perftest runs a server and a client process):
@@ -60,7 +68,7 @@ use rdma_direct::api::{
     Access, Backend, ConnectAttr, Cq, Device, Mr, Pd, Qp, QpInit, QpState, Transport, Wc, WcStatus,
 };
 use rdma_direct::verbs::cm::{self, CmConnection, CmListener, CmOptions};
-use rdma_direct::verbs::{VerbsConfig, VerbsDevice};
+use rdma_direct::verbs::{DataPath, VerbsConfig, VerbsDevice};
 use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 
 type Dev = VerbsDevice;
@@ -93,11 +101,13 @@ struct Args {
     warmup: u64,
     ip: Option<IpAddr>,
     gid_index: Option<u8>,
+    data_path: DataPath,
 }
 
 fn usage() -> String {
     "usage: verbs_write --mode bw|lat --device NAME [--size BYTES] [--iters N] \
-     [--tx-depth N] [--cq-mod N] [--batch N] [--warmup N] [--ip ADDR] [--gid-index N]"
+     [--tx-depth N] [--cq-mod N] [--batch N] [--warmup N] [--ip ADDR] [--gid-index N] \
+     [--data-path auto|direct|portable]"
         .into()
 }
 
@@ -112,6 +122,7 @@ fn parse_args() -> Result<Args, String> {
     let mut warmup = None;
     let mut ip = None;
     let mut gid_index = None;
+    let mut data_path = DataPath::Auto;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         if a == "--bench" {
@@ -139,6 +150,14 @@ fn parse_args() -> Result<Args, String> {
                 ip = Some(v.parse().map_err(|e| format!("--ip {v}: {e}"))?)
             }
             "--gid-index" => gid_index = Some(num(val()?)? as u8),
+            "--data-path" => {
+                data_path = match val()?.as_str() {
+                    "auto" => DataPath::Auto,
+                    "direct" => DataPath::Direct,
+                    "portable" => DataPath::Portable,
+                    p => return Err(format!("unknown data path {p}")),
+                }
+            }
             "-h" | "--help" => return Err(usage()),
             _ => return Err(format!("unknown argument {a}\n{}", usage())),
         }
@@ -163,6 +182,7 @@ fn parse_args() -> Result<Args, String> {
         warmup: warmup.unwrap_or(u64::from(tx_depth)),
         ip,
         gid_index,
+        data_path,
     };
     if a.size == 0 || a.size > (1 << 30) {
         return Err("--size must be 1..=2^30".into());
@@ -198,6 +218,7 @@ struct Pair {
     cq_b: Cq<Dev>,
     pd: Pd<Dev>,
     transport: Transport,
+    data_path: DataPath,
     // Dropped after the QPs are done with (declared last).
     _conns: Vec<CmConnection>,
 }
@@ -217,11 +238,12 @@ fn pair(a: &Args) -> Result<Pair, String> {
             device: Some(a.device.clone()),
             port: 1,
             gid_index: a.gid_index,
-            ..VerbsConfig::default()
+            data_path: a.data_path,
         })
         .map_err(err("open device"))?,
     );
     let transport = dev.backend().port().transport;
+    let data_path = dev.backend().data_path();
     let pd = dev.alloc_pd().map_err(err("alloc_pd"))?;
     // perftest sizes the send queue and the send CQ to the tx depth. Our
     // CQs get twice that (at least 16) so they also hold the receive
@@ -280,6 +302,7 @@ fn pair(a: &Args) -> Result<Pair, String> {
         cq_b,
         pd,
         transport,
+        data_path,
         _conns: conns,
     })
 }
@@ -297,6 +320,19 @@ fn thread_cpu_us() -> (f64, f64) {
     (us(ru.ru_utime), us(ru.ru_stime))
 }
 
+/// write() system calls this process has made (`syscw` in
+/// /proc/self/io; 0 if the kernel does not account them).
+fn write_syscalls() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("syscw: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Counters of one bw run.
 #[derive(Default)]
 struct BwStats {
@@ -305,6 +341,8 @@ struct BwStats {
     user_us: f64,
     sys_us: f64,
     post_calls: u64,
+    /// write() system calls of the process during the run.
+    write_calls: u64,
     polls: u64,
     empty_polls: u64,
     cqes: u64,
@@ -348,6 +386,7 @@ fn run_bw(
     // row, so the loop itself makes no clock reads.
     let mut idle = 0u64;
     let mut stalled_since: Option<Instant> = None;
+    let w0 = write_syscalls();
     let cpu0 = thread_cpu_us();
     let t0 = Instant::now();
     while ccnt < iters {
@@ -411,6 +450,7 @@ fn run_bw(
     }
     st.secs = t0.elapsed().as_secs_f64();
     let cpu1 = thread_cpu_us();
+    st.write_calls = write_syscalls().saturating_sub(w0);
     (st.user_us, st.sys_us) = (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1);
     Ok(st)
 }
@@ -460,7 +500,7 @@ fn bw(a: &Args) -> Result<String, String> {
         "verbs_write mode=bw device={} transport={:?} size={} iters={} tx_depth={} cq_mod={} \
          batch={} warmup={} sq_cap={} secs={:.6} msg_rate_mpps={:.6} bw_avg_mbs={:.2} \
          post_calls={} wrs_per_call={:.2} polls={} empty_polls={} cqes={} \
-         user_us_per_wr={:.2} sys_us_per_wr={:.2}",
+         user_us_per_wr={:.2} sys_us_per_wr={:.2} data_path={:?} write_calls_per_wr={:.4}",
         a.device,
         p.transport,
         a.size,
@@ -480,6 +520,8 @@ fn bw(a: &Args) -> Result<String, String> {
         st.cqes,
         st.user_us / a.iters as f64,
         st.sys_us / a.iters as f64,
+        p.data_path,
+        st.write_calls as f64 / a.iters as f64,
     ))
 }
 
@@ -592,6 +634,7 @@ fn lat(a: &Args) -> Result<String, String> {
         mut cq_b,
         pd,
         transport,
+        data_path: _,
         _conns,
     } = p;
     let remote_access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0);

@@ -707,3 +707,32 @@ fn one_doorbell_per_batch_of_32() {
         assert!(calls >= 1 || dev.backend().port().transport == Transport::Iwarp);
     }
 }
+
+/// `Device::cq_depth_for` knows how the kernel rounds rxe and siw rings, so
+/// a CQ sized with it passes the sizing guard for any queue sizes (the
+/// examples size their CQs this way).
+#[test]
+fn cq_depth_for_matches_the_kernel_rings() {
+    for (name, _ip) in devices("cq_depth_for_matches_the_kernel_rings") {
+        let dev = open(&name, DataPath::Direct);
+        let pd = dev.alloc_pd().unwrap();
+        for (s, r) in [(1, 500), (64, 64), (100, 3), (128, 1)] {
+            let init = QpInit {
+                max_send_wr: s,
+                max_recv_wr: r,
+                ..SMALL
+            };
+            let depth = dev.cq_depth_for(&[&init]);
+            let cq = dev.create_cq(depth).unwrap();
+            let qp = pd.create_qp(&cq, &cq, &init).unwrap_or_else(|e| {
+                panic!("{name}: {s}/{r} on a CQ of {depth} ({}): {e}", cq.depth())
+            });
+            assert!(qp.send_space() >= s, "{name}: {s}/{r}");
+            let c = cq.committed();
+            assert!(
+                c >= u64::from(s + r) && c <= u64::from(cq.depth()),
+                "{name}: {c}"
+            );
+        }
+    }
+}

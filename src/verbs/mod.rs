@@ -944,6 +944,19 @@ impl Backend for VerbsDevice {
     }
 
     fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        let (s, r) = (init.max_send_wr, init.max_recv_wr.max(1));
+        match self.direct {
+            // The kernel's ring sizes (reference §B.2: slots are
+            // roundup_pow2(n + 1), one stays empty; §C.1: roundup_pow2(n)).
+            Some((uverbs::Kind::Rxe, _)) => {
+                let ring = |n: u32| n.saturating_add(1).next_power_of_two() - 1;
+                return (ring(s), ring(r));
+            }
+            Some((uverbs::Kind::Siw, _)) => {
+                return (s.next_power_of_two(), r.next_power_of_two());
+            }
+            None => {}
+        }
         if self.caps.direct_mlx5 {
             // libmlx5 sizes its queues the way the software device does
             // (largest WQE per WR, rounded to a power of two); the guard
