@@ -102,8 +102,9 @@ SECURITY_MIRROR=${SECURITY_MIRROR:-$(apt_mirror_for "$SUITE-security" | head -n 
 
 # Packages of the guest. rdma tools: ibverbs-utils (ibv_devinfo,
 # ibv_rc_pingpong, ...), rdmacm-utils (rping, ucmatose, rdma_server/client),
-# perftest (ib_write_bw, ib_write_lat, ...), iproute2 (ip, rdma).
-GUEST_PKGS=initramfs-tools,kmod,procps,iproute2,iputils-ping,rdma-core,libibverbs1,librdmacm1,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest
+# perftest (ib_write_bw, ib_write_lat, ...), iproute2 (ip, rdma), valgrind
+# (user-space instruction counts of the benchmarks, scripts/vm-bench-instr.sh).
+GUEST_PKGS=initramfs-tools,kmod,procps,iproute2,iputils-ping,rdma-core,libibverbs1,librdmacm1,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,valgrind
 [ "$KERNEL" = 6.1 ] && GUEST_PKGS=linux-image-amd64,$GUEST_PKGS
 KEY=$(printf '%s|' "$RECIPE" "$SUITE" "$MIRROR" "$KERNEL" "$GUEST_PKGS" | sha256sum | cut -c1-20)
 
@@ -335,7 +336,7 @@ rm -rf "$STAGE"; mkdir -p "$STAGE"
 {
   echo "kernel $KVER $KPKG_VER (siw.ko built out of tree)"
   chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' \
-    libc6 rdma-core libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
+    libc6 rdma-core libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2 valgrind
 } > "$STAGE/versions.txt"
 cp "$ROOT/boot/vmlinuz-$KVER" "$STAGE/vmlinuz"
 pvh_kernel "$STAGE"

@@ -14,8 +14,9 @@
 //! it is compiled and layout-checked everywhere (`tests/layout_bindgen.rs`
 //! compares the structs below with bindgen's), and the core it feeds is
 //! tested on the software device. `docs/verbs.md` says what a user with a
-//! NIC runs to check it. Set `RDMA_DIRECT_PORTABLE=1` to use the portable
-//! path on mlx5 as well.
+//! NIC runs to check it. `DataPath::Portable` (or
+//! `RDMA_DIRECT_DATA_PATH=portable`) uses the portable path on mlx5 as
+//! well.
 
 use core::ffi::c_int;
 
@@ -104,12 +105,8 @@ extern "C" {
     ) -> *mut sys::ibv_qp;
 }
 
-/// True if `ctx` is an mlx5 device whose queues this crate may drive
-/// (and `RDMA_DIRECT_PORTABLE` is not set).
+/// True if `ctx` is an mlx5 device whose queues this crate may drive.
 pub(crate) fn usable(ctx: *mut sys::ibv_context) -> bool {
-    if std::env::var_os("RDMA_DIRECT_PORTABLE").is_some_and(|v| v == "1") {
-        return false;
-    }
     // SAFETY: live context with a live device.
     unsafe { mlx5dv_is_supported((*ctx).device) }
 }
