@@ -1395,6 +1395,26 @@ rdd_status rdd_device_open_soft(const struct rdd_soft_config *cfg,
                                 struct rdd_device **out);
 
 /**
+ * Opens the kernel RDMA device `name` (e.g. "rxe0", "siw0", "mlx5_0";
+ * NULL: the first one) on port 1, with the fastest data path it has:
+ * the mlx5 core on ConnectX, rdma-direct's own rings on rxe and siw,
+ * libibverbs otherwise (`RDMA_DIRECT_DATA_PATH=portable` or `direct`
+ * in the environment overrides the choice). The device runs by itself:
+ * `rdd_device_step`/`start`/`stop` are `UNSUPPORTED` on it. QPs connect
+ * with `rdd_qp_connect` (InfiniBand and RoCE; iWARP needs rdma_cm, which
+ * the C API does not offer yet: `UNSUPPORTED`).
+ *
+ * Errors: `NO_DEVICE` (none, or none of that name), `PROVIDER_ERROR`,
+ * `UNSUPPORTED` (a library built without the `verbs` feature).
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `out` is valid for a write
+ * of one pointer.
+ */
+rdd_status rdd_device_open_verbs(const char *name,
+                                 struct rdd_device **out);
+
+/**
  * Closes a device: stops its thread and frees it. Fails with
  * `RESOURCE_BUSY` (and changes nothing) while PDs or CQs of the device
  * exist or another thread is using the handle.

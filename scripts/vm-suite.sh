@@ -17,7 +17,8 @@
 #              async events; tests/uverbs_raw.rs: raw uverbs CQs and QPs;
 #              tests/direct_paths.rs: our own rxe/siw rings (wrap-around,
 #              talking to libibverbs' provider, a destroyed peer, a random
-#              workload, doorbells per batch)
+#              workload, doorbells per batch); ffi-tests/test_verbs.c: the
+#              C object API on rxe and siw, plain and under ASan+UBSan
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process (scripts/vm-interop.sh)
 #   (the verbs and interop stages run twice: on rdma-direct's own rxe/siw
@@ -67,7 +68,9 @@ for path in direct portable; do
     # The raw uverbs layer and the direct-path tests (which pick their
     # paths themselves) run once.
     case $name in uverbs_raw|direct_paths) [ "$path" = portable ] && continue ;; esac
-    stage "$path:$name" env RDMA_DIRECT_DATA_PATH=$path timeout 600 "$t" --test-threads=1
+    stage "$path:$name" env RDMA_DIRECT_DATA_PATH=$path \
+      ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      timeout 600 "$t" --test-threads=1
   done
   stage "$path:interop" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-interop.sh" "$EXDIR"
 done

@@ -19,8 +19,21 @@ export CARGO_TERM_COLOR=never
 echo "vm-test: building the VM image (cached after the first time)"
 timeout 1200 bash scripts/softrdma-vm/build-vm.sh
 
-echo "vm-test: building the verbs tests and the examples"
-cargo build --release --features verbs --examples
+echo "vm-test: building the verbs tests, the examples and the C test"
+cargo build --release --features verbs --lib --examples
+# The C ABI on kernel devices: ffi-tests/test_verbs.c against the
+# verbs-enabled staticlib, plain and under ASan+UBSan (static sanitizer
+# runtimes: the VM has the host's glibc but no compiler runtimes).
+T=${CARGO_TARGET_DIR:-$PWD/target}
+case $T in /*) ;; *) T=$PWD/$T ;; esac
+mkdir -p "$T/ffi-verbs"
+CFLAGS_V="-std=c11 -Wall -Wextra -Wpedantic -Werror -g -O1 -Iinclude -Iffi-tests"
+LIBS_V="$T/release/librdma_direct.a -libverbs -lrdmacm -lmlx5 -lpthread -ldl -lm"
+# shellcheck disable=SC2086
+cc $CFLAGS_V -o "$T/ffi-verbs/test_verbs" ffi-tests/test_verbs.c $LIBS_V
+# shellcheck disable=SC2086
+cc $CFLAGS_V -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
+  -static-libasan -static-libubsan -o "$T/ffi-verbs/test_verbs_asan" ffi-tests/test_verbs.c $LIBS_V
 # Every real-device test binary: the verbs backend, the raw uverbs layer,
 # and the direct rxe/siw data paths.
 TESTBIN=""
@@ -34,6 +47,7 @@ for t in verbs_device uverbs_raw direct_paths; do
   case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
   TESTBIN=${TESTBIN:+$TESTBIN:}$bin
 done
+TESTBIN=$TESTBIN:$T/ffi-verbs/test_verbs:$T/ffi-verbs/test_verbs_asan
 EXDIR=${CARGO_TARGET_DIR:-$PWD/target}/release/examples
 case $EXDIR in /*) ;; *) EXDIR=$PWD/$EXDIR ;; esac
 
@@ -41,5 +55,5 @@ echo "vm-test: running the suite in the VM"
 # The ':'-joined list is not a path vm-run.sh can see: share the test
 # binaries' directory explicitly (all come from one target directory).
 BINDIR=$(dirname "${TESTBIN%%:*}")
-VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
+VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR:$T/ffi-verbs VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR"

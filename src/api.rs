@@ -546,7 +546,7 @@ impl Headroom {
 }
 
 /// Signaled WRs among `wrs` (each will produce a completion).
-fn signaled(wrs: &[SendWr<'_>]) -> u64 {
+pub(crate) fn signaled(wrs: &[SendWr<'_>]) -> u64 {
     wrs.iter()
         .filter(|w| w.flags.contains(crate::wr::SendFlags::SIGNALED))
         .count() as u64
@@ -554,7 +554,7 @@ fn signaled(wrs: &[SendWr<'_>]) -> u64 {
 
 /// The longest prefix of `wrs` whose signaled WRs, plus `extra`, fit in
 /// `room` completions.
-fn fitting_prefix(wrs: &[SendWr<'_>], extra: u64, room: u64) -> usize {
+pub(crate) fn fitting_prefix(wrs: &[SendWr<'_>], extra: u64, room: u64) -> usize {
     let mut used = extra;
     if used > room {
         return 0;
@@ -1269,45 +1269,7 @@ impl<B: Backend> Qp<B> {
     /// (from `attr`'s GID index, hop limit and traffic class); on
     /// InfiniBand only when the peer has no LID.
     pub fn connect_steps(&self, remote: &QpInfo, attr: &ConnectAttr) -> [QpModify; 3] {
-        let port = self.pd.b.port();
-        let mut init = QpModify::to(QpState::Init);
-        init.access = attr.access;
-        init.port_num = port.port_num.max(1);
-        let mut rtr = QpModify::to(QpState::Rtr);
-        rtr.port_num = init.port_num;
-        rtr.dest_qpn = remote.qpn;
-        rtr.rq_psn = remote.psn & 0xff_ffff;
-        // A peer MTU of 0 means unknown (ibv_rc_pingpong's message carries
-        // none): use this port's.
-        let remote_mtu = if remote.mtu == 0 {
-            port.mtu
-        } else {
-            remote.mtu.max(256)
-        };
-        let mut mtu = port.mtu.min(remote_mtu);
-        if attr.max_mtu != 0 {
-            mtu = mtu.min(attr.max_mtu);
-        }
-        rtr.path_mtu = mtu;
-        rtr.max_dest_rd_atomic = attr.max_rd_atomic;
-        rtr.min_rnr_timer = attr.min_rnr_timer;
-        rtr.av = AddressVector {
-            dlid: remote.lid,
-            sl: attr.sl,
-            is_global: port.transport == Transport::Roce || remote.lid == 0,
-            dgid: remote.gid,
-            sgid_index: attr.gid_index.unwrap_or(port.gid_index),
-            hop_limit: attr.hop_limit,
-            traffic_class: attr.traffic_class,
-            flow_label: 0,
-        };
-        let mut rts = QpModify::to(QpState::Rts);
-        rts.sq_psn = self.psn;
-        rts.timeout = attr.timeout;
-        rts.rnr_retry = attr.rnr_retry;
-        rts.retry_cnt = attr.retry_cnt;
-        rts.max_rd_atomic = attr.max_rd_atomic;
-        [init, rtr, rts]
+        connect_steps_for(&self.pd.b.port(), self.psn, remote, attr)
     }
 
     /// RESET → INIT → RTR → RTS towards `remote` (connection data
@@ -1505,6 +1467,57 @@ impl CqDemand {
 /// leave the number torn).
 fn lock<B: Backend>(c: &CqInner<B>) -> std::sync::MutexGuard<'_, u64> {
     c.committed.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The three state changes that connect a QP with initial send PSN `psn`
+/// on `port` to `remote`: INIT, RTR and RTS (shared by [`Qp::connect_steps`]
+/// and the C ABI). On RoCE the GRH is always set (from `attr`'s GID index,
+/// hop limit and traffic class); on InfiniBand only when the peer has no
+/// LID.
+pub(crate) fn connect_steps_for(
+    port: &PortInfo,
+    psn: u32,
+    remote: &QpInfo,
+    attr: &ConnectAttr,
+) -> [QpModify; 3] {
+    let mut init = QpModify::to(QpState::Init);
+    init.access = attr.access;
+    init.port_num = port.port_num.max(1);
+    let mut rtr = QpModify::to(QpState::Rtr);
+    rtr.port_num = init.port_num;
+    rtr.dest_qpn = remote.qpn;
+    rtr.rq_psn = remote.psn & 0xff_ffff;
+    // A peer MTU of 0 means unknown (ibv_rc_pingpong's message carries
+    // none): use this port's.
+    let remote_mtu = if remote.mtu == 0 {
+        port.mtu
+    } else {
+        remote.mtu.max(256)
+    };
+    let mut mtu = port.mtu.min(remote_mtu);
+    if attr.max_mtu != 0 {
+        mtu = mtu.min(attr.max_mtu);
+    }
+    rtr.path_mtu = mtu;
+    rtr.max_dest_rd_atomic = attr.max_rd_atomic;
+    rtr.min_rnr_timer = attr.min_rnr_timer;
+    rtr.av = AddressVector {
+        dlid: remote.lid,
+        sl: attr.sl,
+        is_global: port.transport == Transport::Roce || remote.lid == 0,
+        dgid: remote.gid,
+        sgid_index: attr.gid_index.unwrap_or(port.gid_index),
+        hop_limit: attr.hop_limit,
+        traffic_class: attr.traffic_class,
+        flow_label: 0,
+    };
+    let mut rts = QpModify::to(QpState::Rts);
+    rts.sq_psn = psn;
+    rts.timeout = attr.timeout;
+    rts.rnr_retry = attr.rnr_retry;
+    rts.retry_cnt = attr.retry_cnt;
+    rts.max_rd_atomic = attr.max_rd_atomic;
+    [init, rtr, rts]
 }
 
 /// What [`Qp::drain_and_reset`] and [`Qp::recover`] found and did.

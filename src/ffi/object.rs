@@ -517,7 +517,8 @@ unsafe impl<T: Send> Sync for ExclusiveCell<T> {}
 // ---------------------------------------------------------------------
 
 struct DeviceObj {
-    soft: SoftDevice,
+    /// The software device (None for a kernel device).
+    soft: Option<SoftDevice>,
     backend: Arc<dyn Backend>,
     /// Cloned by every PD and CQ.
     link: Arc<()>,
@@ -526,7 +527,9 @@ struct DeviceObj {
 impl Drop for DeviceObj {
     fn drop(&mut self) {
         // The device thread holds the device's state alive: stop it.
-        self.soft.stop();
+        if let Some(s) = &self.soft {
+            s.stop();
+        }
     }
 }
 
@@ -600,7 +603,7 @@ struct CqObj {
     dev: usize,
     backend: Arc<dyn Backend>,
     cqn: u32,
-    cq: ExclusiveCell<CompletionQueue>,
+    cq: ExclusiveCell<CqImpl>,
     /// The sizing guard's account.
     budget: Arc<CqBudget>,
     /// The adaptive waiter's learnt state (`rdd_cq_wait`).
@@ -623,6 +626,56 @@ impl CqObj {
     /// QPs that complete on this CQ.
     fn attached(&self) -> usize {
         Arc::strong_count(&self.link) - 1
+    }
+}
+
+/// The poller behind a C CQ handle.
+enum CqImpl {
+    /// The crate's mlx5 core (software device, ConnectX).
+    Mlx5(CompletionQueue),
+    /// A provider-polled CQ (the verbs backend's rxe/siw rings or
+    /// libibverbs).
+    Portable(Box<dyn crate::api::PortableCq>),
+}
+
+impl CqImpl {
+    fn arm(&mut self, solicited_only: bool) -> crate::error::Result<()> {
+        match self {
+            CqImpl::Mlx5(cq) => cq.arm(solicited_only),
+            CqImpl::Portable(p) if solicited_only => p.arm_solicited(),
+            CqImpl::Portable(p) => p.arm(),
+        }
+    }
+}
+
+/// The data path behind a C QP handle.
+#[allow(clippy::large_enum_variant)]
+enum QpImpl {
+    /// The crate's mlx5 core (inline: no pointer chase when posting).
+    Mlx5(QpQueuesOwned),
+    /// A provider-posted QP (the verbs backend's rxe/siw rings or
+    /// libibverbs).
+    Portable(Box<dyn crate::api::PortableQp>),
+}
+
+impl QpImpl {
+    /// The first WR that failed since creation or RESET.
+    fn failure(&self) -> Option<crate::wr::FailedWr> {
+        match self {
+            QpImpl::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
+            QpImpl::Portable(p) => p.failure(),
+        }
+    }
+
+    /// Send and receive WRs posted and not yet completed.
+    fn outstanding(&self) -> u64 {
+        match self {
+            QpImpl::Mlx5(q) => {
+                u64::from(q.sq.producer().wrapping_sub(q.sq.retired()))
+                    + u64::from(q.rq.head().wrapping_sub(q.rq.tail()))
+            }
+            QpImpl::Portable(p) => p.outstanding(),
+        }
     }
 }
 
@@ -684,7 +737,9 @@ struct QpObj {
     send_cq: usize,
     recv_cq: usize,
     doorbells: u64,
-    q: ExclusiveCell<QpQueuesOwned>,
+    q: ExclusiveCell<QpImpl>,
+    /// Initial send PSN.
+    psn: u32,
     // Side tables the queues point into (heap buffers do not move).
     _sq_wrid: Vec<WrSlot>,
     _rq_wrid: Vec<u64>,
@@ -808,13 +863,70 @@ pub unsafe extern "C" fn rdd_device_open_soft(
         let soft = SoftDevice::new(sc);
         let obj = Box::new(DeviceObj {
             backend: Arc::new(soft.clone()),
-            soft,
+            soft: Some(soft),
             link: Arc::new(()),
         });
         let handle = try_status!(insert(obj));
         // SAFETY: non-NULL (checked), writable (caller contract).
         unsafe { put(out, as_handle(handle)) };
         rdd_status::Ok
+    })
+}
+
+/// Opens the kernel RDMA device `name` (e.g. "rxe0", "siw0", "mlx5_0";
+/// NULL: the first one) on port 1, with the fastest data path it has:
+/// the mlx5 core on ConnectX, rdma-direct's own rings on rxe and siw,
+/// libibverbs otherwise (`RDMA_DIRECT_DATA_PATH=portable` or `direct`
+/// in the environment overrides the choice). The device runs by itself:
+/// `rdd_device_step`/`start`/`stop` are `UNSUPPORTED` on it. QPs connect
+/// with `rdd_qp_connect` (InfiniBand and RoCE; iWARP needs rdma_cm, which
+/// the C API does not offer yet: `UNSUPPORTED`).
+///
+/// Errors: `NO_DEVICE` (none, or none of that name), `PROVIDER_ERROR`,
+/// `UNSUPPORTED` (a library built without the `verbs` feature).
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out` is valid for a write
+/// of one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_open_verbs(
+    name: *const core::ffi::c_char,
+    out: *mut *mut rdd_device,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out);
+        #[cfg(feature = "verbs")]
+        {
+            let device = if name.is_null() {
+                None
+            } else {
+                // SAFETY: non-NULL, NUL-terminated (caller contract).
+                match unsafe { core::ffi::CStr::from_ptr(name) }.to_str() {
+                    Ok(n) => Some(std::string::String::from(n)),
+                    Err(_) => return rdd_status::InvalidArgument,
+                }
+            };
+            let cfg = crate::verbs::VerbsConfig {
+                device,
+                port: 1,
+                ..crate::verbs::VerbsConfig::default()
+            };
+            let dev = try_status!(crate::verbs::VerbsDevice::open(&cfg).map_err(rdd_status::from));
+            let obj = Box::new(DeviceObj {
+                backend: Arc::new(dev),
+                soft: None,
+                link: Arc::new(()),
+            });
+            let handle = try_status!(insert(obj));
+            // SAFETY: non-NULL (checked), writable (caller contract).
+            unsafe { put(out, as_handle(handle)) };
+            rdd_status::Ok
+        }
+        #[cfg(not(feature = "verbs"))]
+        {
+            let _ = name;
+            rdd_status::Unsupported
+        }
     })
 }
 
@@ -845,7 +957,10 @@ pub unsafe extern "C" fn rdd_device_step(dev: *mut rdd_device, out_work: *mut us
     ffi_boundary!({
         non_null!(out_work);
         let d = try_status!(shared::<DeviceObj>(h(dev)));
-        let work = d.soft.step();
+        let Some(soft) = &d.soft else {
+            return rdd_status::Unsupported;
+        };
+        let work = soft.step();
         // SAFETY: non-NULL (checked), writable (caller contract).
         unsafe { put(out_work, work) };
         rdd_status::Ok
@@ -858,7 +973,10 @@ pub unsafe extern "C" fn rdd_device_step(dev: *mut rdd_device, out_work: *mut us
 pub extern "C" fn rdd_device_start(dev: *mut rdd_device) -> rdd_status {
     ffi_boundary!({
         let d = try_status!(shared::<DeviceObj>(h(dev)));
-        d.soft.start();
+        let Some(soft) = &d.soft else {
+            return rdd_status::Unsupported;
+        };
+        soft.start();
         rdd_status::Ok
     })
 }
@@ -869,7 +987,10 @@ pub extern "C" fn rdd_device_start(dev: *mut rdd_device) -> rdd_status {
 pub extern "C" fn rdd_device_stop(dev: *mut rdd_device) -> rdd_status {
     ffi_boundary!({
         let d = try_status!(shared::<DeviceObj>(h(dev)));
-        d.soft.stop();
+        let Some(soft) = &d.soft else {
+            return rdd_status::Unsupported;
+        };
+        soft.stop();
         rdd_status::Ok
     })
 }
@@ -1071,33 +1192,36 @@ pub unsafe extern "C" fn rdd_cq_create(
             Ok(r) => r,
             Err(e) => return e.into(),
         };
-        let RawCqPath::Mlx5(dv) = &raw.path else {
-            // The object-level C API drives the crate's mlx5 core only.
-            let _ = d.backend.destroy_cq(raw.cqn);
-            return rdd_status::Unsupported;
+        let cq = match raw.path {
+            // SAFETY: the backend's descriptor names live CQ memory kept
+            // alive by `raw.keep`, which the CqObj holds as long as the
+            // poller.
+            RawCqPath::Mlx5(dv) => match unsafe { CompletionQueue::from_raw(&dv) } {
+                Ok(mut cq) => {
+                    // The device never scatters to CQEs; never trust a copy.
+                    cq.set_scatter_to_cqe(false);
+                    CqImpl::Mlx5(cq)
+                }
+                Err(e) => {
+                    let _ = d.backend.destroy_cq(raw.cqn);
+                    return e.into();
+                }
+            },
+            RawCqPath::Portable(p) => CqImpl::Portable(p),
         };
-        // SAFETY: the backend's descriptor names live CQ memory kept alive
-        // by `raw.keep`, which the CqObj holds as long as the poller.
-        let cq = match unsafe { CompletionQueue::from_raw(dv) } {
-            Ok(mut cq) => {
-                // The device never scatters to CQEs; never trust a copy.
-                cq.set_scatter_to_cqe(false);
-                cq
-            }
-            Err(e) => {
-                let _ = d.backend.destroy_cq(raw.cqn);
-                return e.into();
-            }
-        };
+        let capacity = u64::from(match &cq {
+            CqImpl::Mlx5(c) => c.cqe_cnt(),
+            CqImpl::Portable(p) => p.depth(),
+        });
         let obj = Box::new(CqObj {
             dev: h(dev),
             backend: Arc::clone(&d.backend),
             cqn: raw.cqn,
             budget: Arc::new(CqBudget {
-                capacity: u64::from(cq.cqe_cnt()),
+                capacity,
                 committed: core::sync::atomic::AtomicU64::new(0),
                 unguarded: core::sync::atomic::AtomicBool::new(false),
-                headroom: Headroom::new(u64::from(cq.cqe_cnt())),
+                headroom: Headroom::new(capacity),
             }),
             cq: ExclusiveCell(cq),
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
@@ -1167,12 +1291,12 @@ impl CqRoute for QpList {
         self.as_mut_slice()
             .iter_mut()
             .find(|q| q.qpn == qpn)
-            .map(|q| {
-                let owned = q.q.get_mut();
-                QpQueues {
+            .and_then(|q| match q.q.get_mut() {
+                QpImpl::Mlx5(owned) => Some(QpQueues {
                     sq: &mut owned.sq,
                     rq: &mut owned.rq,
-                }
+                }),
+                QpImpl::Portable(_) => None,
             })
     }
 }
@@ -1234,11 +1358,23 @@ pub unsafe extern "C" fn rdd_cq_poll(
 /// the posters' headroom check (forced signals the poller retires without
 /// reporting included: the consumer index counts them).
 fn poll_counted(
-    cq: &mut CompletionQueue,
+    cq: &mut CqImpl,
     budget: &CqBudget,
     list: &mut QpList,
     out: &mut [Wc],
 ) -> crate::error::Result<usize> {
+    let cq = match cq {
+        CqImpl::Mlx5(cq) => cq,
+        CqImpl::Portable(p) => {
+            // The provider retires queue space itself; it reports every
+            // completion it was asked for (as `api::Cq`'s portable case).
+            let r = p.poll(out);
+            if budget.metered() {
+                budget.headroom.unreserve(*r.as_ref().unwrap_or(&0) as u64);
+            }
+            return r;
+        }
+    };
     if !budget.metered() {
         return cq.poll(list, out);
     }
@@ -1346,7 +1482,7 @@ pub const RDD_WAIT_ADAPTIVE: u32 = 2;
 
 /// A CQ as `event::wait` drives it from C.
 struct FfiWaitable<'a> {
-    cq: &'a mut CompletionQueue,
+    cq: &'a mut CqImpl,
     budget: &'a CqBudget,
     list: &'a mut QpList,
     backend: &'a dyn Backend,
@@ -1362,7 +1498,10 @@ impl crate::event::Waitable for FfiWaitable<'_> {
     }
     fn consume(&mut self) -> crate::error::Result<u32> {
         let n = self.backend.cq_event_consume(self.cqn)?;
-        self.cq.events_consumed(n);
+        if let CqImpl::Mlx5(cq) = self.cq {
+            // Each delivered event advances the arm sequence number.
+            cq.events_consumed(n);
+        }
         Ok(n)
     }
     fn fd(&self) -> crate::error::Result<i32> {
@@ -1662,52 +1801,77 @@ pub unsafe extern "C" fn rdd_qp_create(
             sig_all: init.flags & RDD_QP_INIT_SIG_ALL != 0,
             ..SqConfig::default()
         };
-        let RawQpPath::Mlx5(dv) = &raw.path else {
-            // The object-level C API drives the crate's mlx5 core only.
-            let _ = b.destroy_qp(raw.qpn);
-            return rdd_status::Unsupported;
-        };
-        let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
-        let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize];
-        let built = (|| {
-            // SAFETY: the descriptor names queue memory kept alive by
-            // `raw.keep` (held by the QpObj); the side tables are owned by
-            // the QpObj and their heap buffers never move; every SGE is
-            // checked by the software device against its registered
-            // regions (lkey, bounds, PD, access) before any access, and
-            // scatter-to-CQE is off on the pollers.
-            let sq = unsafe {
-                SendQueue::from_raw(
-                    dv,
-                    raw.qpn,
-                    raw.caps,
-                    cfg,
-                    NonNull::new(sq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
-                    sq_wrid.len(),
+        let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
+            RawQpPath::Mlx5(dv) => {
+                let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
+                let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize];
+                let built = (|| {
+                    // SAFETY: the descriptor names queue memory kept alive
+                    // by `raw.keep` (held by the QpObj); the side tables
+                    // are owned by the QpObj and their heap buffers never
+                    // move; every SGE is checked by the device against its
+                    // registered regions (lkey, bounds, PD, access) before
+                    // any access, and scatter-to-CQE is off on the pollers.
+                    let sq = unsafe {
+                        SendQueue::from_raw(
+                            &dv,
+                            raw.qpn,
+                            raw.caps,
+                            cfg,
+                            NonNull::new(sq_wrid.as_mut_ptr())
+                                .ok_or(rdd_status::InvalidGeometry)?,
+                            sq_wrid.len(),
+                        )
+                    }?;
+                    // SAFETY: as above.
+                    let rq = unsafe {
+                        RecvQueue::from_raw(
+                            &dv,
+                            &raw.caps,
+                            NonNull::new(rq_wrid.as_mut_ptr())
+                                .ok_or(rdd_status::InvalidGeometry)?,
+                            rq_wrid.len(),
+                        )
+                    }?;
+                    Ok::<_, rdd_status>((sq, rq))
+                })();
+                let (sq, rq) = match built {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let _ = b.destroy_qp(raw.qpn);
+                        return e;
+                    }
+                };
+                (
+                    QpImpl::Mlx5(QpQueuesOwned { sq, rq }),
+                    u64::from(dv.sq_wqe_cnt),
+                    u64::from(dv.rq_wqe_cnt),
+                    sq_wrid,
+                    rq_wrid,
                 )
-            }?;
-            // SAFETY: as above.
-            let rq = unsafe {
-                RecvQueue::from_raw(
-                    dv,
-                    &raw.caps,
-                    NonNull::new(rq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
-                    rq_wrid.len(),
+            }
+            RawQpPath::Portable(p) => {
+                // The provider (libibverbs, or the verbs backend's own
+                // rxe/siw rings) keeps the queues; signal-all QPs exist
+                // only on the mlx5 core.
+                if cfg.sig_all {
+                    drop(p);
+                    let _ = b.destroy_qp(raw.qpn);
+                    return rdd_status::Unsupported;
+                }
+                let (s, r) = p.capacity();
+                (
+                    QpImpl::Portable(p),
+                    u64::from(s),
+                    u64::from(r),
+                    Vec::new(),
+                    Vec::new(),
                 )
-            }?;
-            Ok::<_, rdd_status>((sq, rq))
-        })();
-        let (mut sq, mut rq) = match built {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = b.destroy_qp(raw.qpn);
-                return e;
             }
         };
         // The CQ sizing guard (as `api::Pd::create_qp`): every WR the
         // queues can hold may complete at once (a flush), so each CQ must
         // hold the sum over its QPs.
-        let (sq_need, rq_need) = (u64::from(dv.sq_wqe_cnt), u64::from(dv.rq_wqe_cnt));
         let charges = match &rcq {
             None if scq.budget.charge(sq_need + rq_need) => {
                 vec![(Arc::clone(&scq.budget), sq_need + rq_need)]
@@ -1726,11 +1890,17 @@ pub unsafe extern "C" fn rdd_qp_create(
             _ => Vec::new(),
         };
         if charges.is_empty() {
+            drop(qimpl);
             let _ = b.destroy_qp(raw.qpn);
             return rdd_status::CqTooSmall;
         }
-        sq.set_state(QpState::Reset);
-        rq.set_state(QpState::Reset);
+        match &mut qimpl {
+            QpImpl::Mlx5(q) => {
+                q.sq.set_state(QpState::Reset);
+                q.rq.set_state(QpState::Reset);
+            }
+            QpImpl::Portable(p) => p.state_changed(QpState::Reset),
+        }
         let mut cq_links = vec![Arc::clone(&scq.link)];
         if let Some(r) = &rcq {
             cq_links.push(Arc::clone(&r.link));
@@ -1747,7 +1917,8 @@ pub unsafe extern "C" fn rdd_qp_create(
             send_cq: h(send_cq),
             recv_cq: h(recv_cq),
             doorbells: 0,
-            q: ExclusiveCell(QpQueuesOwned { sq, rq }),
+            q: ExclusiveCell(qimpl),
+            psn: raw.psn & 0xff_ffff,
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             _keep: raw.keep,
@@ -1793,7 +1964,7 @@ pub unsafe extern "C" fn rdd_qp_query_info(qp: *const rdd_qp, out: *mut rdd_qp_i
         let port = q.backend.port();
         let info = rdd_qp_info {
             qpn: q.qpn,
-            psn: 0,
+            psn: q.psn,
             lid: port.lid,
             reserved: 0,
             gid: port.gid,
@@ -1901,8 +2072,7 @@ pub unsafe extern "C" fn rdd_qp_failed_wr(
         non_null!(out);
         non_null!(out_found);
         let mut q = try_status!(excl::<QpObj>(h(qp)));
-        let queues = q.q.get_mut();
-        let found = queues.sq.failure().or(queues.rq.failure());
+        let found = q.q.get_mut().failure();
         if let Some(f) = found {
             // SAFETY: non-NULL (checked), writable (caller contract).
             unsafe { put(out, failed_wr_c(&f)) };
@@ -1989,15 +2159,25 @@ fn connect_obj(
     if attr.reserved != 0 {
         return Err(rdd_status::InvalidArgument);
     }
-    let access = access_from(attr.access)?;
-    let mut init = QpModify::to(QpState::Init);
-    init.access = access;
-    let mut rtr = QpModify::to(QpState::Rtr);
-    rtr.dest_qpn = remote.qpn;
-    let mut rts = QpModify::to(QpState::Rts);
-    rts.rnr_retry = attr.rnr_retry;
-    rts.retry_cnt = attr.retry_cnt;
-    for m in [init, rtr, rts] {
+    let port = q.backend.port();
+    if port.transport == crate::api::Transport::Iwarp {
+        // iWARP connects through rdma_cm only.
+        return Err(rdd_status::Unsupported);
+    }
+    let ca = crate::api::ConnectAttr {
+        access: access_from(attr.access)?,
+        rnr_retry: attr.rnr_retry,
+        retry_cnt: attr.retry_cnt,
+        ..crate::api::ConnectAttr::default()
+    };
+    let peer = crate::api::QpInfo {
+        qpn: remote.qpn,
+        psn: remote.psn,
+        lid: remote.lid,
+        gid: remote.gid,
+        mtu: remote.mtu,
+    };
+    for m in crate::api::connect_steps_for(&port, q.psn, &peer, &ca) {
         modify_obj(q, &m)?;
     }
     Ok(())
@@ -2007,13 +2187,17 @@ fn connect_obj(
 /// counters) kept in step.
 fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> {
     q.backend.modify_qp(q.qpn, m)?;
-    let queues = q.q.get_mut();
-    if m.state == QpState::Reset {
-        queues.sq.reset_counters(0);
-        queues.rq.reset_counters(0);
+    match q.q.get_mut() {
+        QpImpl::Mlx5(queues) => {
+            if m.state == QpState::Reset {
+                queues.sq.reset_counters(0);
+                queues.rq.reset_counters(0);
+            }
+            queues.sq.set_state(m.state);
+            queues.rq.set_state(m.state);
+        }
+        QpImpl::Portable(p) => p.state_changed(m.state),
     }
-    queues.sq.set_state(m.state);
-    queues.rq.set_state(m.state);
     Ok(())
 }
 
@@ -2089,17 +2273,13 @@ pub unsafe extern "C" fn rdd_qp_recover(
         }
         let mut list = QpList::new();
         list.push(g);
-        if list.as_mut_slice()[0].q.get_mut().sq.state() != QpState::Error {
-            try_status!(modify_obj(
-                &mut list.as_mut_slice()[0],
-                &QpModify::to(QpState::Error)
-            ));
-        }
-        let outstanding = |l: &mut QpList| {
-            let queues = l.as_mut_slice()[0].q.get_mut();
-            u64::from(queues.sq.producer().wrapping_sub(queues.sq.retired()))
-                + u64::from(queues.rq.head().wrapping_sub(queues.rq.tail()))
-        };
+        // Always through the device (its state may lag ours; see
+        // `api::Qp::drain_and_reset`).
+        try_status!(modify_obj(
+            &mut list.as_mut_slice()[0],
+            &QpModify::to(QpState::Error)
+        ));
+        let outstanding = |l: &mut QpList| l.as_mut_slice()[0].q.get_mut().outstanding();
         let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
         let mut reported = 0u64;
         let mut wc = [Wc::default(); 32];
@@ -2131,10 +2311,7 @@ pub unsafe extern "C" fn rdd_qp_recover(
         }
         // After the drain (the failed WR's completion may be among those
         // drained); RESET clears the record.
-        let failure = {
-            let queues = list.as_mut_slice()[0].q.get_mut();
-            queues.sq.failure().or(queues.rq.failure())
-        };
+        let failure = list.as_mut_slice()[0].q.get_mut().failure();
         try_status!(modify_obj(
             &mut list.as_mut_slice()[0],
             &QpModify::to(QpState::Reset)
@@ -2159,6 +2336,146 @@ pub unsafe extern "C" fn rdd_qp_recover(
         }
         rdd_status::Ok
     })
+}
+
+/// WRs handed to a provider-posted QP per call.
+const PORTABLE_CHUNK: usize = 16;
+
+/// `rdd_qp_post_send` on a provider-posted QP: the WRs go to the provider
+/// in chains of up to [`PORTABLE_CHUNK`] (one doorbell per chain on rxe
+/// and siw). Returns the stopping index and status on failure (the WRs
+/// before it are posted), and the number of provider calls made.
+///
+/// # Safety
+/// As `rdd_qp_post_send` for `wrs[0..n]` (checked non-NULL and aligned).
+unsafe fn post_send_portable(
+    p: &mut dyn crate::api::PortableQp,
+    wrs: *const rdd_wr,
+    n: usize,
+    meter: Option<&CqBudget>,
+) -> (Result<(), (usize, rdd_status)>, u64) {
+    let mut done = 0usize;
+    let mut calls = 0u64;
+    while done < n {
+        let mut pieces = [NO_PIECES; PORTABLE_CHUNK];
+        let blank =
+            crate::wr::SendWr::new(0, crate::wr::SendOp::Send, &[], crate::wr::SendFlags::NONE);
+        let mut chunk = [blank; PORTABLE_CHUNK];
+        let mut k = 0usize;
+        let mut refused = None;
+        for (slot, pc) in chunk.iter_mut().zip(pieces.iter_mut()) {
+            if done + k == n {
+                break;
+            }
+            // SAFETY: `done + k < n`, inside the caller's array.
+            let wr = unsafe { &*wrs.add(done + k) };
+            // SAFETY: the SGE and inline-payload contract is the caller's.
+            match unsafe { parse_send(wr, pc) } {
+                Ok(w) => {
+                    *slot = w;
+                    k += 1;
+                }
+                Err(s) => {
+                    refused = Some(s);
+                    break;
+                }
+            }
+        }
+        // An unguarded CQ: only the WRs whose completions fit (the
+        // provider reports every completion it is asked for, so no spare
+        // entry is kept, as in `api::Qp::post_send`).
+        let want = crate::api::signaled(&chunk[..k]);
+        let reserved = meter.map_or(0, |b| b.headroom.reserve(want));
+        let mut post = k;
+        if meter.is_some() && reserved < want {
+            post = crate::api::fitting_prefix(&chunk[..k], 0, reserved);
+            refused = Some(rdd_status::CqFull);
+        }
+        let r = if post > 0 {
+            calls += 1;
+            p.post_send(&chunk[..post])
+        } else {
+            Ok(())
+        };
+        let posted = match &r {
+            Ok(()) => post,
+            Err(e) => e.index,
+        };
+        if let Some(b) = meter {
+            b.headroom
+                .unreserve(reserved.saturating_sub(crate::api::signaled(&chunk[..posted])));
+        }
+        if let Err(e) = r {
+            return (Err((done + e.index, e.error.into())), calls);
+        }
+        done += post;
+        if let Some(s) = refused {
+            return (Err((done, s)), calls);
+        }
+    }
+    (Ok(()), calls)
+}
+
+/// `rdd_qp_post_recv` on a provider-posted QP, in chains.
+///
+/// # Safety
+/// As `rdd_qp_post_recv` for `wrs[0..n]` (checked non-NULL and aligned).
+unsafe fn post_recv_portable(
+    p: &mut dyn crate::api::PortableQp,
+    wrs: *const rdd_recv_wr,
+    n: usize,
+    meter: Option<&CqBudget>,
+) -> Result<(), (usize, rdd_status)> {
+    let mut done = 0usize;
+    while done < n {
+        let none: &[crate::wr::Sge] = &[];
+        let mut chunk = [crate::wr::RecvWr {
+            wr_id: 0,
+            sges: none,
+        }; PORTABLE_CHUNK];
+        let mut k = 0usize;
+        let mut refused = None;
+        while k < PORTABLE_CHUNK && done + k < n {
+            // SAFETY: `done + k < n`, inside the caller's array; the SGE
+            // contract is the caller's.
+            match unsafe { parse_recv(&*wrs.add(done + k)) } {
+                Ok(w) => {
+                    chunk[k] = w;
+                    k += 1;
+                }
+                Err(s) => {
+                    refused = Some(s);
+                    break;
+                }
+            }
+        }
+        let mut post = k;
+        let reserved = meter.map_or(0, |b| b.headroom.reserve(k as u64));
+        if meter.is_some() && (reserved as usize) < k {
+            post = reserved as usize;
+            refused = Some(rdd_status::CqFull);
+        }
+        let r = if post > 0 {
+            p.post_recv(&chunk[..post])
+        } else {
+            Ok(())
+        };
+        let posted = match &r {
+            Ok(()) => post,
+            Err(e) => e.index,
+        };
+        if let Some(b) = meter {
+            b.headroom.unreserve(reserved.saturating_sub(posted as u64));
+        }
+        if let Err(e) = r {
+            return Err((done + e.index, e.error.into()));
+        }
+        done += post;
+        if let Some(s) = refused {
+            return Err((done, s));
+        }
+    }
+    Ok(())
 }
 
 /// Posts send work requests `wrs[0..n]` and rings the doorbell once for
@@ -2201,11 +2518,27 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         // one for a CQE the signalling guard may add at the doorbell,
         // against its headroom (as `api::Qp::post_send`).
         let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
+        if let QpImpl::Portable(p) = q.q.get_mut() {
+            // SAFETY: the caller's contract on `wrs` (checked above).
+            let (r, calls) = unsafe { post_send_portable(&mut **p, wrs, n, meter.as_deref()) };
+            q.doorbells += calls;
+            return match r {
+                Ok(()) => rdd_status::Ok,
+                Err((i, status)) => {
+                    // SAFETY: non-NULL (checked), writable (caller contract).
+                    unsafe { put(out_bad_index, i) };
+                    status
+                }
+            };
+        }
         let mut reserved = match &meter {
             Some(b) => b.headroom.reserve(1),
             None => 0,
         };
-        let sq = &mut q.q.get_mut().sq;
+        let sq = match q.q.get_mut() {
+            QpImpl::Mlx5(o) => &mut o.sq,
+            QpImpl::Portable(_) => return rdd_status::InvalidHandle,
+        };
         let forced = sq.forced_signals();
         let mut pieces = NO_PIECES;
         let mut result = rdd_status::Ok;
@@ -2253,7 +2586,11 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         if let Some(b) = &meter {
             // The guard's spare entry, unless the doorbell used it, and a
             // refused signaled WR's.
-            let used = u64::from(q.q.get_mut().sq.forced_signals().wrapping_sub(forced));
+            let now = match q.q.get_mut() {
+                QpImpl::Mlx5(o) => o.sq.forced_signals(),
+                QpImpl::Portable(_) => forced,
+            };
+            let used = u64::from(now.wrapping_sub(forced));
             b.headroom.unreserve(reserved.saturating_sub(used));
         }
         result
@@ -2286,7 +2623,21 @@ pub unsafe extern "C" fn rdd_qp_post_recv(
         }
         // An unguarded receive CQ: one completion per receive.
         let meter = q.recv_budget.metered().then(|| Arc::clone(&q.recv_budget));
-        let rq = &mut q.q.get_mut().rq;
+        let rq = match q.q.get_mut() {
+            QpImpl::Mlx5(o) => &mut o.rq,
+            QpImpl::Portable(p) => {
+                // SAFETY: the caller's contract on `wrs` (checked above).
+                return match unsafe { post_recv_portable(&mut **p, wrs, n, meter.as_deref()) } {
+                    Ok(()) => rdd_status::Ok,
+                    Err((i, status)) => {
+                        // SAFETY: non-NULL (checked), writable (caller
+                        // contract).
+                        unsafe { put(out_bad_index, i) };
+                        status
+                    }
+                };
+            }
+        };
         let mut result = rdd_status::Ok;
         for i in 0..n {
             // SAFETY: `wrs` is non-NULL, aligned and holds `n` readable

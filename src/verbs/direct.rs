@@ -368,10 +368,7 @@ impl PortableQp for DirectQp {
     }
 
     fn send_space(&self) -> u32 {
-        let t = &*self.track;
-        // Relaxed/Acquire: a snapshot; Acquire as in `post_send`.
-        let used = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
-        t.sq_cap.saturating_sub(used) as u32
+        self.track.send_space()
     }
 
     fn failure(&self) -> Option<crate::wr::FailedWr> {
@@ -379,25 +376,15 @@ impl PortableQp for DirectQp {
     }
 
     fn capacity(&self) -> (u32, u32) {
-        (self.track.sq_cap as u32, self.track.rq_cap as u32)
+        self.track.capacity()
     }
 
     fn outstanding(&self) -> u64 {
-        let t = &*self.track;
-        // Acquire: pairs with the poller's Release stores of *_done.
-        let s = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
-        let r = t.rq_posted.load(Ordering::Relaxed) - t.rq_done.load(Ordering::Acquire);
-        s + r
+        self.track.outstanding()
     }
 
     fn state(&self) -> QpState {
-        match self.track.state() {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            _ => QpState::Error,
-        }
+        self.track.qp_state()
     }
 
     fn state_changed(&mut self, state: QpState) {
@@ -430,16 +417,9 @@ impl PortableQp for DirectQp {
             });
         }
         if state == QpState::Reset {
-            // The kernel emptied the queues (rxe zeroes both indices);
-            // nothing is outstanding. Relaxed loads: this thread owns the
-            // posting side and no completions exist after RESET.
-            let p = self.track.sq_posted.load(Ordering::Relaxed);
-            self.track.sq_done.store(p, Ordering::Release);
-            self.track.sq_hi.store(p, Ordering::Relaxed);
-            let r = self.track.rq_posted.load(Ordering::Relaxed);
-            self.track.rq_done.store(r, Ordering::Release);
+            // The kernel emptied the queues (rxe zeroes both indices).
+            self.track.reset();
             self.unsignaled = 0;
-            self.track.clear_failure();
             if let SendRing::Rxe(q) = &mut self.sq {
                 q.resync();
             }

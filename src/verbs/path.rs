@@ -242,6 +242,50 @@ impl QpTrack {
         }
     }
 
+    /// Send WRs that can be posted now.
+    pub(crate) fn send_space(&self) -> u32 {
+        // Relaxed/Acquire: a snapshot; Acquire pairs with the poller's
+        // Release of sq_done.
+        let used = self.sq_posted.load(Ordering::Relaxed) - self.sq_done.load(Ordering::Acquire);
+        self.sq_cap.saturating_sub(used) as u32
+    }
+
+    /// How many send and receive WRs the queues hold at once.
+    pub(crate) fn capacity(&self) -> (u32, u32) {
+        (self.sq_cap as u32, self.rq_cap as u32)
+    }
+
+    /// Send and receive WRs posted and not yet completed.
+    pub(crate) fn outstanding(&self) -> u64 {
+        // Acquire: pairs with the poller's Release stores of *_done.
+        let s = self.sq_posted.load(Ordering::Relaxed) - self.sq_done.load(Ordering::Acquire);
+        let r = self.rq_posted.load(Ordering::Relaxed) - self.rq_done.load(Ordering::Acquire);
+        s + r
+    }
+
+    /// The QP's state as the data path knows it.
+    pub(crate) fn qp_state(&self) -> QpState {
+        match self.state() {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            _ => QpState::Error,
+        }
+    }
+
+    /// After RESET: the device emptied both queues, nothing is outstanding
+    /// and no failure is recorded. Called by the poster (Relaxed loads of
+    /// the counters only it writes; no completions exist after RESET).
+    pub(crate) fn reset(&self) {
+        let p = self.sq_posted.load(Ordering::Relaxed);
+        self.sq_done.store(p, Ordering::Release);
+        self.sq_hi.store(p, Ordering::Relaxed);
+        let r = self.rq_posted.load(Ordering::Relaxed);
+        self.rq_done.store(r, Ordering::Release);
+        self.clear_failure();
+    }
+
     /// Forgets the recorded failure (after RESET).
     pub(crate) fn clear_failure(&self) {
         *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -811,10 +855,7 @@ impl PortableQp for VerbsQp {
     }
 
     fn send_space(&self) -> u32 {
-        let t = &*self.track;
-        // Relaxed/Acquire: a snapshot; Acquire as in `post_send`.
-        let used = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
-        t.sq_cap.saturating_sub(used) as u32
+        self.track.send_space()
     }
 
     fn failure(&self) -> Option<crate::wr::FailedWr> {
@@ -822,40 +863,23 @@ impl PortableQp for VerbsQp {
     }
 
     fn capacity(&self) -> (u32, u32) {
-        (self.track.sq_cap as u32, self.track.rq_cap as u32)
+        self.track.capacity()
     }
 
     fn outstanding(&self) -> u64 {
-        let t = &*self.track;
-        // Acquire: pairs with the poller's Release stores of *_done.
-        let s = t.sq_posted.load(Ordering::Relaxed) - t.sq_done.load(Ordering::Acquire);
-        let r = t.rq_posted.load(Ordering::Relaxed) - t.rq_done.load(Ordering::Acquire);
-        s + r
+        self.track.outstanding()
     }
 
     fn state(&self) -> QpState {
-        match self.track.state() {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            _ => QpState::Error,
-        }
+        self.track.qp_state()
     }
 
     fn state_changed(&mut self, state: QpState) {
         self.track.set_state(state);
         if state == QpState::Reset {
-            // The provider emptied both queues; nothing is outstanding.
-            // Relaxed loads: this thread owns the posting side and no
-            // completions exist after RESET.
-            let p = self.track.sq_posted.load(Ordering::Relaxed);
-            self.track.sq_done.store(p, Ordering::Release);
-            self.track.sq_hi.store(p, Ordering::Relaxed);
-            let r = self.track.rq_posted.load(Ordering::Relaxed);
-            self.track.rq_done.store(r, Ordering::Release);
+            // The provider emptied both queues.
+            self.track.reset();
             self.unsignaled = 0;
-            *self.track.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 }

@@ -1,0 +1,273 @@
+/*
+ * The C object API on a kernel RDMA device (rxe and siw in the test VM,
+ * where scripts/vm-suite.sh runs it): rdd_device_open_verbs, then the same
+ * calls as on the software device. On rxe the QPs run on rdma-direct's own
+ * rings by default (RDMA_DIRECT_DATA_PATH=portable selects libibverbs'
+ * provider): SEND with inline data into a posted receive, RDMA WRITE,
+ * READ and FETCH_ADD with the memory checked, an event-mode wait, a chain
+ * of 64 WRITEs, a bad rkey reported by rdd_qp_failed_wr, and one-call
+ * recovery of both QPs. siw: the device opens, and rdd_qp_connect says
+ * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet).
+ * Without RXE_DEV/SIW_DEV (a host without RDMA) it prints NOT RUN, unless
+ * IN_RDMA_VM=1, where that is a failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stddef.h>
+#include <time.h>
+
+#include "harness.h"
+
+#define MUST(x)                                                                          \
+    do {                                                                                 \
+        rdd_status must_s_ = (x);                                                        \
+        if (must_s_ != RDD_STATUS_OK) {                                                  \
+            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,        \
+                    (unsigned)must_s_);                                                  \
+            abort();                                                                     \
+        }                                                                                \
+    } while (0)
+
+#define BUF 4096u
+#define ALL_REMOTE (RDD_ACCESS_REMOTE_WRITE | RDD_ACCESS_REMOTE_READ | RDD_ACCESS_REMOTE_ATOMIC)
+
+struct side {
+    rdd_cq *cq;
+    rdd_qp *qp;
+    rdd_mr *mr;
+    uint8_t *buf;
+    uint32_t lkey, rkey;
+    rdd_qp_info info;
+};
+
+static rdd_sge sge(const struct side *s, size_t off, uint32_t len)
+{
+    rdd_sge g;
+    g.addr = (uint64_t)(uintptr_t)(s->buf + off);
+    g.length = len;
+    g.lkey = s->lkey;
+    return g;
+}
+
+static rdd_wr wr(uint64_t id, uint32_t op, uint32_t flags, const rdd_sge *sg, uint32_t n)
+{
+    rdd_wr w;
+    memset(&w, 0, sizeof w);
+    w.wr_id = id;
+    w.opcode = op;
+    w.flags = flags;
+    w.sg_list = sg;
+    w.num_sge = n;
+    return w;
+}
+
+/* Waits (event mode, 10 s) for one completion of side `s`. */
+static rdd_wc wait_one(struct side *s)
+{
+    rdd_wc wc;
+    size_t n = 0;
+    memset(&wc, 0, sizeof wc);
+    CHECK_EQ(rdd_cq_wait(s->cq, &s->qp, 1, &wc, 1, RDD_WAIT_EVENT, 10000000000ull, &n),
+             RDD_STATUS_OK);
+    CHECK_EQ(n, 1);
+    return wc;
+}
+
+static void open_side(rdd_device *dev, rdd_pd *pd, struct side *s)
+{
+    void *addr;
+    rdd_qp_init init;
+    memset(&init, 0, sizeof init);
+    init.max_send_wr = 128;
+    init.max_recv_wr = 16;
+    init.max_send_sge = 2;
+    init.max_recv_sge = 2;
+    init.max_inline_data = 64;
+    MUST(rdd_cq_create(dev, 512, &s->cq));
+    MUST(rdd_qp_create(pd, s->cq, s->cq, &init, &s->qp));
+    MUST(rdd_mr_reg(pd, BUF, RDD_ACCESS_LOCAL_WRITE | ALL_REMOTE, &s->mr));
+    MUST(rdd_mr_addr(s->mr, &addr));
+    s->buf = (uint8_t *)addr;
+    MUST(rdd_mr_lkey(s->mr, &s->lkey));
+    MUST(rdd_mr_rkey(s->mr, &s->rkey));
+    MUST(rdd_qp_query_info(s->qp, &s->info));
+}
+
+static void close_side(struct side *s)
+{
+    CHECK_EQ(rdd_qp_destroy(s->qp), RDD_STATUS_OK);
+    CHECK_EQ(rdd_cq_destroy(s->cq), RDD_STATUS_OK);
+    CHECK_EQ(rdd_mr_free(s->mr), RDD_STATUS_OK);
+}
+
+static void test_rxe(const char *name)
+{
+    rdd_device *dev;
+    rdd_pd *pd;
+    struct side a, b;
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_wr w[64];
+    rdd_sge s[64], rs;
+    rdd_recv_wr r;
+    rdd_wc wc;
+    rdd_failed_wr f;
+    rdd_recovery rec;
+    size_t bad = 0, work = 0;
+    uint64_t before = 0, after = 0, counter;
+    int i, found = 0;
+    const char *hello = "hello from C on a kernel device";
+
+    MUST(rdd_device_open_verbs(name, &dev));
+    CHECK_EQ(rdd_device_step(dev, &work), RDD_STATUS_UNSUPPORTED);
+    CHECK_EQ(rdd_device_start(dev), RDD_STATUS_UNSUPPORTED);
+    MUST(rdd_pd_alloc(dev, &pd));
+    open_side(dev, pd, &a);
+    open_side(dev, pd, &b);
+    CHECK(a.info.qpn != b.info.qpn);
+    MUST(rdd_qp_connect(a.qp, &b.info, &attr));
+    MUST(rdd_qp_connect(b.qp, &a.info, &attr));
+
+    /* SEND with inline data into a posted receive. */
+    rs = sge(&b, 0, 256);
+    memset(&r, 0, sizeof r);
+    r.wr_id = 500;
+    r.sg_list = &rs;
+    r.num_sge = 1;
+    MUST(rdd_qp_post_recv(b.qp, &r, 1, &bad));
+    s[0].addr = (uint64_t)(uintptr_t)hello;
+    s[0].length = (uint32_t)strlen(hello);
+    s[0].lkey = 0;
+    w[0] = wr(1, RDD_WR_SEND, RDD_SEND_SIGNALED | RDD_SEND_INLINE, &s[0], 1);
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.wr_id, 1);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    wc = wait_one(&b);
+    CHECK_EQ(wc.wr_id, 500);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_EQ(wc.byte_len, strlen(hello));
+    CHECK_BYTES(b.buf, hello, strlen(hello));
+
+    /* WRITE, then READ it back, then FETCH_ADD. */
+    for (i = 0; i < 256; i++) {
+        a.buf[1024 + i] = (uint8_t)(i * 7 + 1);
+    }
+    s[0] = sge(&a, 1024, 256);
+    w[0] = wr(2, RDD_WR_RDMA_WRITE, RDD_SEND_SIGNALED, &s[0], 1);
+    w[0].remote_addr = (uint64_t)(uintptr_t)(b.buf + 1024);
+    w[0].rkey = b.rkey;
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_BYTES(b.buf + 1024, a.buf + 1024, 256);
+    s[0] = sge(&a, 2048, 256);
+    w[0] = wr(3, RDD_WR_RDMA_READ, RDD_SEND_SIGNALED, &s[0], 1);
+    w[0].remote_addr = (uint64_t)(uintptr_t)(b.buf + 1024);
+    w[0].rkey = b.rkey;
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_BYTES(a.buf + 2048, b.buf + 1024, 256);
+    counter = 40;
+    memcpy(b.buf + 3072, &counter, 8);
+    s[0] = sge(&a, 3000, 8);
+    w[0] = wr(4, RDD_WR_ATOMIC_FETCH_AND_ADD, RDD_SEND_SIGNALED, &s[0], 1);
+    w[0].remote_addr = (uint64_t)(uintptr_t)(b.buf + 3072);
+    w[0].rkey = b.rkey;
+    w[0].compare_add = 2;
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    memcpy(&before, a.buf + 3000, 8);
+    memcpy(&after, b.buf + 3072, 8);
+    CHECK_EQ(before, 40);
+    CHECK_EQ(after, 42);
+
+    /* A chain of 64 WRITEs, the last one signaled: few provider calls. */
+    MUST(rdd_qp_doorbells(a.qp, &before));
+    for (i = 0; i < 64; i++) {
+        s[i] = sge(&a, 1024 + (size_t)i * 4, 4);
+        w[i] = wr(100 + (uint64_t)i, RDD_WR_RDMA_WRITE, i == 63 ? RDD_SEND_SIGNALED : 0, &s[i], 1);
+        w[i].remote_addr = (uint64_t)(uintptr_t)(b.buf + 512 + (size_t)i * 4);
+        w[i].rkey = b.rkey;
+    }
+    MUST(rdd_qp_post_send(a.qp, w, 64, &bad));
+    MUST(rdd_qp_doorbells(a.qp, &after));
+    CHECK(after - before <= 4);
+    wc = wait_one(&a);
+    CHECK_EQ(wc.wr_id, 163);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_BYTES(b.buf + 512, a.buf + 1024, 256);
+
+    /* A bad rkey: the failed WR is reported, then both QPs recover. */
+    s[0] = sge(&a, 0, 8);
+    w[0] = wr(7, RDD_WR_RDMA_WRITE, RDD_SEND_SIGNALED, &s[0], 1);
+    w[0].remote_addr = (uint64_t)(uintptr_t)b.buf;
+    w[0].rkey = b.rkey ^ 0x00ffff00u;
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.wr_id, 7);
+    CHECK_EQ(wc.status, RDD_WC_REM_ACCESS_ERR);
+    MUST(rdd_qp_failed_wr(a.qp, &f, &found));
+    CHECK_EQ(found, 1);
+    CHECK_EQ(f.wr_id, 7);
+    CHECK_EQ(f.rkey, b.rkey ^ 0x00ffff00u);
+    MUST(rdd_qp_recover(a.qp, NULL, NULL, 10000000000ull, NULL, NULL, &rec));
+    CHECK_EQ(rec.has_failure, 1);
+    MUST(rdd_qp_query_info(a.qp, &a.info));
+    MUST(rdd_qp_recover(b.qp, &a.info, &attr, 10000000000ull, NULL, NULL, NULL));
+    MUST(rdd_qp_query_info(b.qp, &b.info));
+    MUST(rdd_qp_connect(a.qp, &b.info, &attr));
+    a.buf[0] = 0x5a;
+    w[0].rkey = b.rkey;
+    MUST(rdd_qp_post_send(a.qp, &w[0], 1, &bad));
+    wc = wait_one(&a);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_EQ(b.buf[0], 0x5a);
+
+    close_side(&a);
+    close_side(&b);
+    CHECK_EQ(rdd_pd_free(pd), RDD_STATUS_OK);
+    CHECK_EQ(rdd_device_close(dev), RDD_STATUS_OK);
+}
+
+static void test_siw(const char *name)
+{
+    rdd_device *dev;
+    rdd_pd *pd;
+    struct side a, b;
+    MUST(rdd_device_open_verbs(name, &dev));
+    MUST(rdd_pd_alloc(dev, &pd));
+    open_side(dev, pd, &a);
+    open_side(dev, pd, &b);
+    CHECK_EQ(rdd_qp_connect(a.qp, &b.info, NULL), RDD_STATUS_UNSUPPORTED);
+    close_side(&a);
+    close_side(&b);
+    CHECK_EQ(rdd_pd_free(pd), RDD_STATUS_OK);
+    CHECK_EQ(rdd_device_close(dev), RDD_STATUS_OK);
+}
+
+int main(void)
+{
+    const char *rxe = getenv("RXE_DEV");
+    const char *siw = getenv("SIW_DEV");
+    const char *vm = getenv("IN_RDMA_VM");
+    rdd_device *dev = NULL;
+    CHECK_EQ(rdd_device_open_verbs("no-such-device", &dev), RDD_STATUS_NO_DEVICE);
+    CHECK_EQ(rdd_device_open_verbs(NULL, NULL), RDD_STATUS_NULL_PARAMETER);
+    if (!rxe && !siw) {
+        if (vm && strcmp(vm, "1") == 0) {
+            fprintf(stderr, "test_verbs: IN_RDMA_VM=1 but RXE_DEV/SIW_DEV are not set\n");
+            return 1;
+        }
+        printf("test_verbs: NOT RUN: no RDMA device on this host\n");
+        return h_finish("test_verbs");
+    }
+    if (rxe) {
+        test_rxe(rxe);
+    }
+    if (siw) {
+        test_siw(siw);
+    }
+    return h_finish("test_verbs");
+}
