@@ -523,6 +523,14 @@ enum rdd_status
      */
     RDD_STATUS_CQ_FULL = 1412,
     /**
+     * Huge pages unavailable for a buffer pool.
+     */
+    RDD_STATUS_HUGE_PAGES_UNAVAILABLE = 1413,
+    /**
+     * Flow control: no credit for another SEND.
+     */
+    RDD_STATUS_NO_CREDITS = 1414,
+    /**
      * A required pointer parameter was NULL; nothing happened.
      */
     RDD_STATUS_NULL_PARAMETER = 2001,

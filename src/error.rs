@@ -99,6 +99,13 @@ pub enum Error {
     /// guard (`Cq::set_unguarded`): the completions already expected on it
     /// fill it. Poll the CQ, then post again.
     CqFull = 1412,
+    /// Huge-page backing was asked for and cannot be had: the size is not
+    /// a multiple of 2 MiB, or the system has no free 2 MiB pages
+    /// (`/proc/sys/vm/nr_hugepages`).
+    HugePagesUnavailable = 1413,
+    /// Flow control: the peer has no receive posted for another SEND (no
+    /// credit left); wait for credits or retry later.
+    NoCredits = 1414,
 
     // ---- 1300..1399: completions (device-written memory is untrusted) ----
     /// A compressed CQE (format 3). Compression is never requested by this
@@ -149,6 +156,8 @@ impl Error {
             1410 => Error::ProtocolError,
             1411 => Error::CqTooSmall,
             1412 => Error::CqFull,
+            1413 => Error::HugePagesUnavailable,
+            1414 => Error::NoCredits,
             1301 => Error::CqeCompressed,
             1302 => Error::CqeCorrupt,
             _ => return None,
@@ -188,6 +197,10 @@ impl Error {
                 "CQ too small for the worst case of outstanding completions of its QPs"
             }
             Error::CqFull => "the CQ has no headroom for this WR's completion: poll it first",
+            Error::HugePagesUnavailable => {
+                "huge pages unavailable (size not a multiple of 2 MiB, or no free 2 MiB pages)"
+            }
+            Error::NoCredits => "no flow-control credit: the peer has no receive posted",
             Error::CqeCompressed => "compressed CQE: compression is not supported",
             Error::CqeCorrupt => "corrupt CQE (bad opcode or wqe_counter)",
         }
@@ -264,6 +277,8 @@ mod tests {
             Error::ProtocolError,
             Error::CqTooSmall,
             Error::CqFull,
+            Error::HugePagesUnavailable,
+            Error::NoCredits,
             Error::CqeCompressed,
             Error::CqeCorrupt,
         ];

@@ -89,6 +89,10 @@ pub enum rdd_status {
     CqTooSmall = 1411,
     /// Posting could overrun an unguarded CQ: poll it first.
     CqFull = 1412,
+    /// Huge pages unavailable for a buffer pool.
+    HugePagesUnavailable = 1413,
+    /// Flow control: no credit for another SEND.
+    NoCredits = 1414,
 
     // ---- 2000..2099: C boundary only ----
     /// A required pointer parameter was NULL; nothing happened.
@@ -186,6 +190,11 @@ const_assert_eq!(
 );
 const_assert_eq!(rdd_status::CqTooSmall as u32, Error::CqTooSmall.code());
 const_assert_eq!(rdd_status::CqFull as u32, Error::CqFull.code());
+const_assert_eq!(
+    rdd_status::HugePagesUnavailable as u32,
+    Error::HugePagesUnavailable.code()
+);
+const_assert_eq!(rdd_status::NoCredits as u32, Error::NoCredits.code());
 
 impl From<Error> for rdd_status {
     #[inline]
@@ -250,6 +259,8 @@ impl rdd_status {
             Error::ProtocolError => rdd_status::ProtocolError,
             Error::CqTooSmall => rdd_status::CqTooSmall,
             Error::CqFull => rdd_status::CqFull,
+            Error::HugePagesUnavailable => rdd_status::HugePagesUnavailable,
+            Error::NoCredits => rdd_status::NoCredits,
         }
     }
 
