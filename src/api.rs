@@ -952,6 +952,27 @@ impl<B: Backend> Mr<B> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Registers `len` bytes at `addr` (inside this region) once more, with
+    /// `access` (for [`crate::expose`]).
+    ///
+    /// # Safety
+    /// The range lies inside this region's buffer, and the registration is
+    /// deregistered ([`Mr::deregister_range`]) before the buffer is freed.
+    pub(crate) unsafe fn register_range(
+        &self,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<MrKeys> {
+        // SAFETY: forwarded contract.
+        unsafe { self.pd.b.reg_mr(self.pd.pd, addr, len, access) }
+    }
+
+    /// Deregisters a registration made by [`Mr::register_range`].
+    pub(crate) fn deregister_range(&self, keys: MrKeys) -> Result<()> {
+        self.pd.b.dereg_mr(keys.lkey)
+    }
+
     /// An SGE for `len` bytes at `offset` (bounds are checked by the
     /// device when the WR executes).
     pub fn sge(&self, offset: usize, len: u32) -> Sge {

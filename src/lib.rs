@@ -42,6 +42,10 @@ pub mod wr;
 #[cfg(feature = "soft")]
 pub mod api;
 
+/// Least-privilege, revocable exposure of memory to peers.
+#[cfg(feature = "soft")]
+pub mod expose;
+
 /// The in-process software HCA (feature `soft`).
 #[cfg(feature = "soft")]
 pub mod soft;

@@ -755,3 +755,117 @@ fn async_events_drive_recovery() {
         );
     }
 }
+
+/// Revocation on a real device (issue 9, part 2): a peer reads and writes
+/// through its own exposure's rkey; after `revoke` the old key fails with a
+/// remote access error (iWARP: the connection is terminated, as for any bad
+/// key) and the memory is unchanged. Also reports whether the device has
+/// type-2 memory windows (the faster mechanism, not used yet).
+#[test]
+fn revoked_exposures_fail_on_real_devices() {
+    use rdma_direct::expose::RemoteAccess;
+    for (name, ip) in devices("revoked_exposures_fail_on_real_devices") {
+        let iwarp;
+        {
+            let mut p = pair(&name, ip, false, &|_, _| {});
+            iwarp = p.dev.backend().port().transport == Transport::Iwarp;
+            eprintln!(
+                "{name}: type-2 memory windows: {}",
+                if p.dev.backend().caps().memory_windows {
+                    "yes"
+                } else {
+                    "no"
+                }
+            );
+            let mut owned = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+            fill(&mut owned, 3);
+            let mut land = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+            let mut e = owned.expose(0, 4096, RemoteAccess::ReadWrite).unwrap();
+            // Granted: READ and WRITE work.
+            p.a.post_send(&[SendWr::new(
+                1,
+                SendOp::Read {
+                    remote: e.remote(0),
+                },
+                &[land.sge(0, 128)],
+                SendFlags::SIGNALED,
+            )])
+            .unwrap();
+            let w = wait(&mut p.cq_a, &mut p.a, 1);
+            assert_eq!(w[0].status, WcStatus::SUCCESS, "{name}");
+            assert_eq!(&land.as_slice()[..128], &owned.as_slice()[..128], "{name}");
+            land.as_mut_slice()[..64].fill(0x5c);
+            p.a.post_send(&[SendWr::new(
+                2,
+                SendOp::Write {
+                    remote: e.remote(1024),
+                },
+                &[land.sge(0, 64)],
+                SendFlags::SIGNALED,
+            )])
+            .unwrap();
+            let w = wait(&mut p.cq_a, &mut p.a, 1);
+            assert_eq!(w[0].status, WcStatus::SUCCESS, "{name}");
+            let t0 = Instant::now();
+            while owned.as_slice()[1024..1088].iter().any(|&b| b != 0x5c) {
+                assert!(t0.elapsed() < WAIT, "{name}: WRITE data");
+                thread::sleep(Duration::from_millis(1));
+            }
+            // Revoked: the old key reads nothing.
+            let old = e.remote(0);
+            e.revoke().unwrap();
+            let before = owned.as_slice().to_vec();
+            land.as_mut_slice().fill(0);
+            p.a.post_send(&[SendWr::new(
+                3,
+                SendOp::Read { remote: old },
+                &[land.sge(0, 128)],
+                SendFlags::SIGNALED,
+            )])
+            .unwrap();
+            let w = wait(&mut p.cq_a, &mut p.a, 1);
+            assert_ne!(
+                w[0].status,
+                WcStatus::SUCCESS,
+                "{name}: READ with a revoked key"
+            );
+            if !iwarp {
+                assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}");
+            }
+            assert!(
+                land.as_slice()[..128].iter().all(|&b| b == 0),
+                "{name}: data read"
+            );
+            assert_eq!(owned.as_slice(), &before[..], "{name}");
+        }
+        // And the old key writes nothing (a fresh pair: the first one is in
+        // ERROR now).
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let mut owned = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
+        fill(&mut owned, 9);
+        let mut src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+        src.as_mut_slice().fill(0x77);
+        let mut e = owned.expose(0, 4096, RemoteAccess::Write).unwrap();
+        let old = e.remote(0);
+        e.revoke().unwrap();
+        let before = owned.as_slice().to_vec();
+        p.a.post_send(&[SendWr::new(
+            4,
+            SendOp::Write { remote: old },
+            &[src.sge(0, 64)],
+            SendFlags::SIGNALED,
+        )])
+        .unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        if iwarp {
+            // The WRITE completes once on the wire; the responder then
+            // terminates the connection.
+            p.conns[0]
+                .wait_disconnect(WAIT)
+                .unwrap_or_else(|e| panic!("{name}: no disconnect after a revoked-key WRITE: {e}"));
+        } else {
+            assert_eq!(w[0].status, WcStatus::REM_ACCESS_ERR, "{name}");
+        }
+        assert_eq!(owned.as_slice(), &before[..], "{name}: data changed");
+    }
+}

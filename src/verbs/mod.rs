@@ -211,6 +211,10 @@ pub struct DeviceCaps {
     pub atomics: bool,
     /// The provider's mlx5 direct path is in use.
     pub direct_mlx5: bool,
+    /// The device has type-2 memory windows (`IBV_DEVICE_MEM_WINDOW_TYPE_2A`
+    /// or `_2B`): rkeys that can be bound and invalidated without
+    /// re-registering (see [`crate::expose`]).
+    pub memory_windows: bool,
 }
 
 /// A raw libibverbs object pointer, owned by the backend's tables.
@@ -456,6 +460,10 @@ impl VerbsDevice {
             max_qp_init_rd_atom: da.max_qp_init_rd_atom.max(0) as u32,
             atomics: da.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
             direct_mlx5: path != DataPath::Portable && mlx5::usable(ctx.ctx),
+            memory_windows: da.device_cap_flags
+                & (sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
+                    | sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0)
+                != 0,
         };
         if path == DataPath::Direct && direct.is_none() && !caps.direct_mlx5 {
             // No direct path for this device.
