@@ -129,6 +129,8 @@ mod uverbs {
         "ib_uverbs_create_qp_resp",
         "ib_uverbs_qp_dest",
         "ib_uverbs_modify_qp",
+        "ib_uverbs_query_qp",
+        "ib_uverbs_query_qp_resp",
         "ib_uverbs_destroy_qp",
         "ib_uverbs_destroy_qp_resp",
         "ib_uverbs_post_send",

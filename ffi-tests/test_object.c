@@ -267,7 +267,7 @@ static void store64(uint8_t *p, uint64_t v)
 static void test_rdma(void)
 {
     struct env e;
-    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0, 0};
     size_t bad = 999;
     rdd_wc wc[4];
     rdd_sge s, d;
@@ -420,7 +420,7 @@ static void test_rdma(void)
 static void test_batch(void)
 {
     struct env e;
-    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0};
+    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0, 0};
     rdd_wr w[8];
     rdd_sge s[8];
     rdd_recv_wr r[8];
@@ -728,7 +728,7 @@ static void reject(struct env *e, const rdd_wr *w, rdd_status want)
 static void test_bad_work_requests(void)
 {
     struct env e;
-    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0, 0};
     rdd_qp_caps caps;
     rdd_sge sg[64];
     rdd_wr w;
@@ -963,7 +963,7 @@ static void test_create_and_connect_errors(void)
     rdd_soft_config cfg = {96, 0};
     rdd_qp_init init;
     rdd_qp_info info;
-    rdd_connect_attr attr = {0, 7, 7, 0};
+    rdd_connect_attr attr = {0, 7, 7, 0, 0};
     size_t len = 0;
 
     CHECK_EQ(rdd_device_open_soft(&cfg, &dev), RDD_STATUS_INVALID_ARGUMENT);
@@ -1048,9 +1048,9 @@ static void test_create_and_connect_errors(void)
     /* Connect: only from RESET, checked attributes. */
     CHECK_EQ(rdd_qp_query_info(e.qp[1], &info), RDD_STATUS_OK);
     CHECK_EQ(rdd_qp_connect(e.qp[0], &info, NULL), RDD_STATUS_INVALID_QP_STATE);
-    attr.reserved = 1;
-    CHECK_EQ(rdd_qp_connect(e.qp[0], &info, &attr), RDD_STATUS_INVALID_ARGUMENT);
-    attr.reserved = 0;
+    /* Traffic class and SL are accepted; unknown access bits are not. */
+    attr.traffic_class = 0x68;
+    attr.sl = 3;
     attr.access = 0x100;
     CHECK_EQ(rdd_qp_connect(e.qp[0], &info, &attr), RDD_STATUS_INVALID_ARGUMENT);
     {
@@ -1065,6 +1065,13 @@ static void test_create_and_connect_errors(void)
         attr.access = 0;
         attr.rnr_retry = 8;
         CHECK_EQ(rdd_qp_connect(fresh, &info, &attr), RDD_STATUS_INVALID_ATTRIBUTE);
+        CHECK_EQ(rdd_qp_destroy(fresh), RDD_STATUS_OK);
+        /* A rate limit the software device cannot pace: a typed refusal. */
+        MUST(rdd_qp_create(e.pd, e.cq[0], e.cq[0], NULL, &fresh));
+        CHECK_EQ(rdd_qp_set_rate_limit(fresh, 10000), RDD_STATUS_OK);
+        attr.rnr_retry = 7;
+        CHECK_EQ(rdd_qp_connect(fresh, &info, &attr), RDD_STATUS_UNSUPPORTED);
+        CHECK_EQ(rdd_qp_set_rate_limit(NULL, 1), RDD_STATUS_NULL_PARAMETER);
         CHECK_EQ(rdd_qp_destroy(fresh), RDD_STATUS_OK);
     }
     pingpong(&e, 1);
@@ -1182,7 +1189,7 @@ static void test_cq_headroom(void)
     struct env e;
     rdd_cq *small;
     rdd_qp_info info[2];
-    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0};
+    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0, 0};
     rdd_qp_init init;
     rdd_wc wc[32];
     rdd_wr w[20];
@@ -1283,7 +1290,7 @@ static void test_recover(void)
 {
     struct env e;
     struct seen s;
-    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0, 0};
     rdd_qp_info info[2];
     rdd_recovery rec;
     rdd_wc wc[32];
@@ -1416,7 +1423,7 @@ static void test_async_events(void)
     struct env e;
     rdd_cq *small;
     rdd_qp_info info[2];
-    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0};
+    rdd_connect_attr attr = {RDD_ACCESS_REMOTE_WRITE, 7, 7, 0, 0};
     rdd_async_event ev;
     rdd_wr w[8];
     rdd_sge s;

@@ -105,7 +105,7 @@ static void test_rxe(const char *name)
     rdd_device *dev;
     rdd_pd *pd;
     struct side a, b;
-    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0};
+    rdd_connect_attr attr = {ALL_REMOTE, 7, 7, 0, 0};
     rdd_wr w[64];
     rdd_sge s[64], rs;
     rdd_recv_wr r;

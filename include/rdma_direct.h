@@ -1095,9 +1095,14 @@ typedef struct rdd_connect_attr {
      */
     uint8_t retry_cnt;
     /**
-     * Must be 0.
+     * GRH traffic class: the DSCP/ECN byte on RoCEv2, so this QP's
+     * traffic can sit on its own PFC priority (0: default).
      */
-    uint16_t reserved;
+    uint8_t traffic_class;
+    /**
+     * Service level (InfiniBand SL; VLAN priority on RoCE).
+     */
+    uint8_t sl;
 } rdd_connect_attr;
 
 /**
@@ -1733,6 +1738,15 @@ rdd_status rdd_qp_failed_wr(struct rdd_qp *qp,
  */
 rdd_status rdd_qp_doorbells(const struct rdd_qp *qp,
                             uint64_t *out_count);
+
+/**
+ * Sets the QP's send rate limit in kbit/s (0: none), applied by the next
+ * `rdd_qp_connect` (or `rdd_qp_recover` with a peer). Devices without
+ * packet pacing (the software device, rxe, siw) then refuse the connect
+ * with `UNSUPPORTED`; ConnectX paces through verbs.
+ */
+rdd_status rdd_qp_set_rate_limit(struct rdd_qp *qp,
+                                 uint32_t kbps);
 
 /**
  * Moves the QP from RESET through INIT and RTR to RTS, connected to the

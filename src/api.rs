@@ -649,6 +649,10 @@ pub struct ConnectAttr {
     pub sl: u8,
     /// Cap the path MTU below what both ports support (bytes, 0 = none).
     pub max_mtu: u32,
+    /// Send rate limit in kbit/s (0: none), where the device paces packets
+    /// (ConnectX through verbs); elsewhere connecting with a limit fails
+    /// with [`Error::Unsupported`].
+    pub rate_limit_kbps: u32,
 }
 
 impl Default for ConnectAttr {
@@ -665,6 +669,7 @@ impl Default for ConnectAttr {
             traffic_class: 0,
             sl: 0,
             max_mtu: 0,
+            rate_limit_kbps: 0,
         }
     }
 }
@@ -1538,6 +1543,7 @@ pub(crate) fn connect_steps_for(
     rts.rnr_retry = attr.rnr_retry;
     rts.retry_cnt = attr.retry_cnt;
     rts.max_rd_atomic = attr.max_rd_atomic;
+    rts.rate_limit_kbps = attr.rate_limit_kbps;
     [init, rtr, rts]
 }
 

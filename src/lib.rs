@@ -42,6 +42,11 @@ pub mod wr;
 #[cfg(feature = "soft")]
 pub mod api;
 
+// Documented by its own `//!` comments: an outer `///` here would stop
+// rustdoc from resolving the links inside them.
+#[cfg(feature = "soft")]
+pub mod credit;
+
 /// Least-privilege, revocable exposure of memory to peers.
 #[cfg(feature = "soft")]
 pub mod expose;

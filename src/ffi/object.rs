@@ -189,8 +189,11 @@ pub struct rdd_connect_attr {
     pub rnr_retry: u8,
     /// Transport retries, 0..7.
     pub retry_cnt: u8,
-    /// Must be 0.
-    pub reserved: u16,
+    /// GRH traffic class: the DSCP/ECN byte on RoCEv2, so this QP's
+    /// traffic can sit on its own PFC priority (0: default).
+    pub traffic_class: u8,
+    /// Service level (InfiniBand SL; VLAN priority on RoCE).
+    pub sl: u8,
 }
 
 const_assert_eq!(size_of::<rdd_connect_attr>(), 8);
@@ -740,6 +743,8 @@ struct QpObj {
     q: ExclusiveCell<QpImpl>,
     /// Initial send PSN.
     psn: u32,
+    /// Send rate limit for the next connect (kbit/s, 0: none).
+    rate_limit_kbps: u32,
     // Side tables the queues point into (heap buffers do not move).
     _sq_wrid: Vec<WrSlot>,
     _rq_wrid: Vec<u64>,
@@ -1919,6 +1924,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             doorbells: 0,
             q: ExclusiveCell(qimpl),
             psn: raw.psn & 0xff_ffff,
+            rate_limit_kbps: 0,
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             _keep: raw.keep,
@@ -2099,6 +2105,19 @@ pub unsafe extern "C" fn rdd_qp_doorbells(qp: *const rdd_qp, out_count: *mut u64
     })
 }
 
+/// Sets the QP's send rate limit in kbit/s (0: none), applied by the next
+/// `rdd_qp_connect` (or `rdd_qp_recover` with a peer). Devices without
+/// packet pacing (the software device, rxe, siw) then refuse the connect
+/// with `UNSUPPORTED`; ConnectX paces through verbs.
+#[no_mangle]
+pub extern "C" fn rdd_qp_set_rate_limit(qp: *mut rdd_qp, kbps: u32) -> rdd_status {
+    ffi_boundary!({
+        let mut q = try_status!(excl::<QpObj>(h(qp)));
+        q.rate_limit_kbps = kbps;
+        rdd_status::Ok
+    })
+}
+
 /// Moves the QP from RESET through INIT and RTR to RTS, connected to the
 /// peer `remote` describes. `attr` may be NULL (no remote access, infinite
 /// retries).
@@ -2141,7 +2160,8 @@ unsafe fn connect_attr_or_default(attr: *const rdd_connect_attr) -> rdd_connect_
             access: 0,
             rnr_retry: 7,
             retry_cnt: 7,
-            reserved: 0,
+            traffic_class: 0,
+            sl: 0,
         }
     } else {
         // SAFETY: non-NULL and readable (caller contract).
@@ -2156,9 +2176,6 @@ fn connect_obj(
     remote: &rdd_qp_info,
     attr: &rdd_connect_attr,
 ) -> Result<(), rdd_status> {
-    if attr.reserved != 0 {
-        return Err(rdd_status::InvalidArgument);
-    }
     let port = q.backend.port();
     if port.transport == crate::api::Transport::Iwarp {
         // iWARP connects through rdma_cm only.
@@ -2168,6 +2185,9 @@ fn connect_obj(
         access: access_from(attr.access)?,
         rnr_retry: attr.rnr_retry,
         retry_cnt: attr.retry_cnt,
+        traffic_class: attr.traffic_class,
+        sl: attr.sl,
+        rate_limit_kbps: q.rate_limit_kbps,
         ..crate::api::ConnectAttr::default()
     };
     let peer = crate::api::QpInfo {

@@ -182,6 +182,10 @@ pub struct QpModify {
     pub retry_cnt: u8,
     /// RTS: RDMA READs and atomics this QP may have outstanding.
     pub max_rd_atomic: u8,
+    /// RTS: send rate limit in kbit/s (0: none). Devices without packet
+    /// pacing (the software device, rxe, siw) refuse a non-zero limit
+    /// with [`Error::Unsupported`].
+    pub rate_limit_kbps: u32,
 }
 
 impl QpModify {
@@ -198,6 +202,7 @@ impl QpModify {
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
             sq_psn: 0,
+            rate_limit_kbps: 0,
             timeout: 14,
             rnr_retry: 7,
             retry_cnt: 7,
@@ -1426,6 +1431,10 @@ impl SoftDevice {
             (QpState::Rtr, QpState::Rts) => {
                 if m.rnr_retry > 7 || m.retry_cnt > 7 {
                     return Err(Error::InvalidAttribute);
+                }
+                if m.rate_limit_kbps != 0 {
+                    // No packet pacing here.
+                    return Err(Error::Unsupported);
                 }
                 q.rnr_retry = m.rnr_retry;
             }

@@ -534,6 +534,38 @@ impl VerbsDevice {
         Ok(unsafe { (*e.channel.0).fd })
     }
 
+    /// The traffic class, service level, hop limit and source GID index
+    /// QP `qpn` really uses, as the kernel reports them (after RTR): to
+    /// check which PFC priority a connection's traffic sits on.
+    pub fn query_qp_service(&self, qpn: u32) -> Result<uverbs::QpService> {
+        let (qp, direct) = {
+            let t = self.lock();
+            let e = t.qps.get(&qpn).ok_or(Error::NoSuchObject)?;
+            (e.qp.0, e.direct.clone())
+        };
+        if let Some(d) = direct {
+            return d.query_service();
+        }
+        // SAFETY: all-zero is valid for both structs.
+        let (mut attr, mut init): (sys::ibv_qp_attr, sys::ibv_qp_init_attr) =
+            unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
+        // SAFETY: a live QP (in the tables); valid out-pointers.
+        check("ibv_query_qp", unsafe {
+            sys::ibv_query_qp(
+                qp,
+                &mut attr,
+                sys::ibv_qp_attr_mask::IBV_QP_AV.0 as i32,
+                &mut init,
+            )
+        })?;
+        Ok(uverbs::QpService {
+            traffic_class: attr.ah_attr.grh.traffic_class,
+            sl: attr.ah_attr.sl,
+            hop_limit: attr.ah_attr.grh.hop_limit,
+            sgid_index: attr.ah_attr.grh.sgid_index,
+        })
+    }
+
     /// Modifies QP `qpn` with exactly `attr` and `mask` (rdma_cm's
     /// `rdma_init_qp_attr` results), on whichever path the QP is.
     pub(crate) fn modify_qp_attr(
@@ -946,7 +978,17 @@ impl Backend for VerbsDevice {
 
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         let (mut attr, mask) = qp_attr(m, &self.caps);
-        self.modify_qp_attr(qpn, &mut attr, mask as i32)?;
+        match self.modify_qp_attr(qpn, &mut attr, mask as i32) {
+            Ok(()) => {}
+            // A device without packet pacing refuses the rate-limit
+            // attribute (EINVAL / EOPNOTSUPP): say so with a typed error.
+            Err(Error::InvalidAttribute | Error::ProviderError | Error::Unsupported)
+                if m.rate_limit_kbps != 0 =>
+            {
+                return Err(Error::Unsupported)
+            }
+            Err(e) => return Err(e),
+        }
         self.note_state(qpn, m.state);
         Ok(())
     }
@@ -1171,6 +1213,10 @@ pub(crate) fn qp_attr(m: &QpModify, caps: &DeviceCaps) -> (sys::ibv_qp_attr, u32
             a.retry_cnt = m.retry_cnt.min(7);
             a.rnr_retry = m.rnr_retry.min(7);
             a.max_rd_atomic = clamp_rd(m.max_rd_atomic, caps.max_qp_init_rd_atom);
+            if m.rate_limit_kbps != 0 {
+                a.rate_limit = m.rate_limit_kbps;
+                mask |= M::IBV_QP_RATE_LIMIT.0;
+            }
             mask |= M::IBV_QP_SQ_PSN.0
                 | M::IBV_QP_TIMEOUT.0
                 | M::IBV_QP_RETRY_CNT.0

@@ -696,6 +696,19 @@ struct DoorbellCmd {
     resp: UnsafeCell<k::ib_uverbs_post_send_resp>,
 }
 
+/// A QP's address-vector attributes as the kernel reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpService {
+    /// GRH traffic class (DSCP/ECN on RoCEv2).
+    pub traffic_class: u8,
+    /// Service level.
+    pub sl: u8,
+    /// GRH hop limit.
+    pub hop_limit: u8,
+    /// Source GID index.
+    pub sgid_index: u8,
+}
+
 /// An RC QP created with the kernel's CREATE_QP on the context's command
 /// fd, its send and receive rings mapped. Dropping it unmaps the rings and
 /// destroys the QP.
@@ -965,6 +978,11 @@ impl UverbsQp {
     /// kernel's `IB_QP_*` numbering), e.g. what `rdma_init_qp_attr`
     /// returned (the siw flow, §F step 4).
     pub fn modify_raw(&self, attr: &ibv::ibv_qp_attr, mask: u32) -> Result<()> {
+        if mask & ibv::ibv_qp_attr_mask::IBV_QP_RATE_LIMIT.0 != 0 {
+            // The legacy MODIFY_QP command has no rate-limit field (only
+            // the extended one does), and rxe and siw do not pace packets.
+            return Err(Error::Unsupported);
+        }
         let body = k::ib_uverbs_modify_qp {
             dest: qp_dest(&attr.ah_attr),
             alt_dest: qp_dest(&attr.alt_ah_attr),
@@ -1000,6 +1018,37 @@ impl UverbsQp {
             body,
             0,
         )
+    }
+
+    /// The QP's address-vector attributes as the kernel holds them
+    /// (QUERY_QP): traffic class, service level, hop limit and source GID
+    /// index, so a caller can check what a connection really uses.
+    pub fn query_service(&self) -> Result<QpService> {
+        #[repr(C)]
+        #[derive(Default)]
+        struct Resp {
+            core: k::ib_uverbs_query_qp_resp,
+        }
+        let mut resp = Resp::default();
+        exec(
+            self.fd,
+            "uverbs QUERY_QP",
+            cmd::IB_USER_VERBS_CMD_QUERY_QP,
+            k::ib_uverbs_query_qp {
+                response: resp_addr(&mut resp),
+                qp_handle: self.handle,
+                attr_mask: ibv::ibv_qp_attr_mask::IBV_QP_AV.0,
+                ..Default::default()
+            },
+            size_of::<Resp>(),
+        )?;
+        let d = &resp.core.dest;
+        Ok(QpService {
+            traffic_class: d.traffic_class,
+            sl: d.sl,
+            hop_limit: d.hop_limit,
+            sgid_index: d.sgid_index,
+        })
     }
 
     /// Rings the doorbell: the empty POST_SEND (§B.6, §C.4), prepared at
