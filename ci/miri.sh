@@ -20,6 +20,13 @@
 #   provider::mlx5::  the batch writer, the fast poll loop and in-order
 #                     retirement on fake queue memory (the integration
 #                     tests ring doorbells, and Miri cannot run `sfence`)
+#   provider::rxe::,  the rxe and siw rings and codecs against an emulated
+#   provider::siw::   kernel side (one thread per side in their
+#                     concurrent tests)
+#
+# Then, with no FILTER given, a second pass with `--features std,soft`:
+#
+#   pool::            the buffer pool's lock-free free lists and slabs
 #
 # Miri's default flags are used: Stacked Borrows, strict data-race
 # detection, isolation on. Nothing is disabled. If Miri reports UB, the
@@ -33,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-DEFAULT_FILTERS=("wr::" "error::" "ring::" "provider::mlx5::")
+DEFAULT_FILTERS=("wr::" "error::" "ring::" "provider::mlx5::" "provider::rxe::" "provider::siw::")
 if [ "$#" -gt 0 ]; then
     filters=("$@")
 else
@@ -73,3 +80,17 @@ if ! cargo +nightly miri test --lib --no-default-features --features std -- "${f
     die "Miri reported an error (undefined behaviour, a data race, a leak or a failing test) above"
 fi
 echo "miri.sh: all $count tests passed under Miri in $(($(date +%s) - start)) s" >&2
+
+if [ "$#" -eq 0 ]; then
+    # The buffer pool needs the safe API (feature soft) to build; its unit
+    # tests do not start the software device.
+    start=$(date +%s)
+    listing=$(cargo +nightly miri test --lib --no-default-features --features std,soft -- --list pool::) ||
+        die "the lib does not build under Miri with std,soft"
+    count=$(grep -c ': test$' <<<"$listing" || true)
+    [ "$count" -gt 0 ] || die "no unit tests match: pool::"
+    if ! cargo +nightly miri test --lib --no-default-features --features std,soft -- pool::; then
+        die "Miri reported an error in pool:: (see above)"
+    fi
+    echo "miri.sh: all $count pool:: tests passed under Miri in $(($(date +%s) - start)) s" >&2
+fi

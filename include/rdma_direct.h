@@ -386,6 +386,14 @@
 #define RDD_EVENT_PORT_ERR 10
 
 /**
+ * `rdd_pool_config.flags`: back the region with 2 MiB huge pages
+ * (`MAP_HUGETLB`). The region size must be a multiple of 2 MiB and the
+ * system must have that many free huge pages, otherwise
+ * `RDD_STATUS_HUGE_PAGES_UNAVAILABLE`.
+ */
+#define RDD_POOL_HUGE_PAGES 1
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -578,6 +586,11 @@ typedef struct rdd_mr rdd_mr;
  * A protection domain (opaque handle): `rdd_pd_alloc` / `rdd_pd_free`.
  */
 typedef struct rdd_pd rdd_pd;
+
+/**
+ * A buffer pool (opaque handle): `rdd_pool_create` / `rdd_pool_destroy`.
+ */
+typedef struct rdd_pool rdd_pool;
 
 /**
  * A reliable-connected queue pair (opaque handle): `rdd_qp_create` /
@@ -1134,6 +1147,169 @@ typedef struct rdd_recovery {
      */
     struct rdd_failed_wr failure;
 } rdd_recovery;
+
+/**
+ * How `rdd_pool_create` builds a pool. Zero every field you do not set.
+ *
+ * Classes: `num_sizes > 0` uses the `sizes` array (distinct multiples of
+ * 64 bytes, any order); otherwise every power of two from `min_size` to
+ * `max_size` (0: 64 and 65536). At most 64 classes of at most 1 GiB.
+ *
+ * Sizing, exactly one of: `total_bytes` (a region of that size split
+ * evenly between the classes), `buffers_per_class` (that many in every
+ * class), or `counts` (one count per class, smallest class first). Every
+ * class must get at least one buffer.
+ *
+ * Errors for a bad configuration: `INVALID_ARGUMENT` (unknown `flags` or
+ * `remote_access` bits, no sizing or more than one, a NULL `sizes` with
+ * `num_sizes > 0`), `INVALID_ATTRIBUTE` (class sizes or counts that break
+ * the rules above).
+ */
+typedef struct rdd_pool_config {
+    /**
+     * Region size in bytes, split evenly between the classes (0: unused).
+     */
+    uint64_t total_bytes;
+    /**
+     * Buffers in every class (0: unused).
+     */
+    uint32_t buffers_per_class;
+    /**
+     * Smallest power-of-two class (0: 64).
+     */
+    uint32_t min_size;
+    /**
+     * Largest power-of-two class (0: 65536).
+     */
+    uint32_t max_size;
+    /**
+     * Entries in `sizes` (0: powers of two from `min_size` to `max_size`).
+     */
+    uint32_t num_sizes;
+    /**
+     * Class sizes (read only when `num_sizes > 0`).
+     */
+    const uint32_t *sizes;
+    /**
+     * Buffers per class, one per class, smallest class first (NULL:
+     * unused).
+     */
+    const uint32_t *counts;
+    /**
+     * Remote access on top of local write: `RDD_ACCESS_REMOTE_READ`,
+     * `RDD_ACCESS_REMOTE_WRITE` or both (0: none).
+     */
+    uint32_t remote_access;
+    /**
+     * `RDD_POOL_*` bits.
+     */
+    uint32_t flags;
+} rdd_pool_config;
+
+/**
+ * A buffer handed out by `rdd_pool_alloc`. Give an unmodified copy back
+ * to `rdd_pool_free`.
+ */
+typedef struct rdd_buf {
+    /**
+     * First byte (SGE address; remote address for a peer).
+     */
+    void *addr;
+    /**
+     * Names the buffer for `rdd_pool_free` (opaque).
+     */
+    uint64_t token;
+    /**
+     * The length asked for.
+     */
+    uint32_t len;
+    /**
+     * The buffer's real size (its class size, at least `len`).
+     */
+    uint32_t capacity;
+    /**
+     * Local key (the pool's).
+     */
+    uint32_t lkey;
+    /**
+     * Remote key (the pool's; meaningful with remote access).
+     */
+    uint32_t rkey;
+} rdd_buf;
+
+/**
+ * Pool totals (`rdd_pool_stats`), a relaxed snapshot.
+ */
+typedef struct rdd_pool_usage {
+    /**
+     * Size of the registered region.
+     */
+    uint64_t region_bytes;
+    /**
+     * Buffers handed out.
+     */
+    uint64_t buffers_in_use;
+    /**
+     * Bytes of the buffers handed out (their class sizes).
+     */
+    uint64_t bytes_in_use;
+    /**
+     * Bytes asked for by the buffers handed out.
+     */
+    uint64_t bytes_requested;
+    /**
+     * Internal fragmentation: 1 - bytes_requested / bytes_in_use (0 when
+     * nothing is handed out).
+     */
+    double fragmentation;
+    /**
+     * Number of size classes (`rdd_pool_class_stats` indices).
+     */
+    uint32_t num_classes;
+    /**
+     * 1 if the region is backed by huge pages.
+     */
+    uint32_t huge_pages;
+} rdd_pool_usage;
+
+/**
+ * Counters of one size class (`rdd_pool_class_stats`), a relaxed
+ * snapshot.
+ */
+typedef struct rdd_pool_class_usage {
+    /**
+     * Buffer size of the class.
+     */
+    uint32_t size;
+    /**
+     * Buffers in the class.
+     */
+    uint32_t capacity;
+    /**
+     * Buffers handed out.
+     */
+    uint32_t in_use;
+    /**
+     * Buffers free.
+     */
+    uint32_t free;
+    /**
+     * Most buffers handed out at once since creation.
+     */
+    uint32_t high_water;
+    /**
+     * Written as 0.
+     */
+    uint32_t reserved;
+    /**
+     * Bytes asked for by the buffers handed out.
+     */
+    uint64_t bytes_requested;
+    /**
+     * Internal fragmentation of the class's buffers in use.
+     */
+    double fragmentation;
+} rdd_pool_class_usage;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1835,6 +2011,84 @@ rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
                             const struct rdd_recv_wr *wrs,
                             size_t n,
                             size_t *out_bad_index);
+
+/**
+ * Creates a buffer pool in `pd`: allocates its region (heap, or huge
+ * pages with `RDD_POOL_HUGE_PAGES`), registers it once, and carves it
+ * into size classes (see `rdd_pool_config`).
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_HANDLE`, `INVALID_ARGUMENT` and
+ * `INVALID_ATTRIBUTE` (see `rdd_pool_config`), `HUGE_PAGES_UNAVAILABLE`
+ * (huge pages asked for and the region is not a multiple of 2 MiB, or the
+ * system has not enough free ones), `RESOURCE_EXHAUSTED` (out of memory),
+ * or the device's registration error.
+ *
+ * # Safety
+ * `cfg` is valid for reads of one `rdd_pool_config` whose arrays hold as
+ * many entries as it says; `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_pool_create(struct rdd_pd *pd,
+                           const struct rdd_pool_config *cfg,
+                           struct rdd_pool **out);
+
+/**
+ * Takes a buffer of at least `len` bytes from the smallest class that
+ * fits and has a free one (lock-free; no allocation or system call) and
+ * describes it in `*out`.
+ *
+ * Errors: `INVALID_ATTRIBUTE` (`len` 0 or above the largest class),
+ * `RESOURCE_EXHAUSTED` (the fitting class and every larger one are
+ * empty), `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the pool
+ * is being destroyed).
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_buf`.
+ */
+rdd_status rdd_pool_alloc(struct rdd_pool *pool,
+                          size_t len,
+                          struct rdd_buf *out);
+
+/**
+ * Gives a buffer back. `buf` must be an unmodified copy of what
+ * `rdd_pool_alloc` of this pool wrote; afterwards neither the caller nor
+ * the device may touch the buffer.
+ *
+ * Errors: `NO_SUCH_OBJECT` (already freed, from another pool, or
+ * modified; nothing changes), `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (the pool is being destroyed).
+ *
+ * # Safety
+ * `buf` is valid for reads of one `rdd_buf`.
+ */
+rdd_status rdd_pool_free(struct rdd_pool *pool,
+                         const struct rdd_buf *buf);
+
+/**
+ * The pool's totals.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_pool_usage`.
+ */
+rdd_status rdd_pool_stats(const struct rdd_pool *pool,
+                          struct rdd_pool_usage *out);
+
+/**
+ * The counters of class `index` (0 is the smallest; `num_classes` from
+ * `rdd_pool_stats`). `INVALID_ARGUMENT` past the last class.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_pool_class_usage`.
+ */
+rdd_status rdd_pool_class_stats(const struct rdd_pool *pool,
+                                uint32_t index,
+                                struct rdd_pool_class_usage *out);
+
+/**
+ * Deregisters the pool's region and frees it. Refused with
+ * `RESOURCE_BUSY` (nothing changes) while any buffer is outstanding or
+ * another thread is using the handle.
+ */
+rdd_status rdd_pool_destroy(struct rdd_pool *pool);
 
 #ifdef __cplusplus
 }  // extern "C"

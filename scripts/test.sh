@@ -41,7 +41,7 @@ cargo test --features verbs --lib verbs::
 cargo test --features verbs --test verbs_device -- --nocapture
 
 stage "release-mode concurrency stress tests (real threads, millions of WRs)"
-cargo test --release --test mp_stress --test shared_qp --test submit_stress --test soft_threads
+cargo test --release --test mp_stress --test shared_qp --test submit_stress --test soft_threads --test pool
 
 stage "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=2})"
 LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS bash ci/loom.sh

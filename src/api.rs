@@ -843,6 +843,30 @@ impl<B: Backend> Pd<B> {
         })
     }
 
+    /// Registers memory the caller owns (the buffer pool's region, see
+    /// [`crate::pool`]) with exactly `access`. The returned [`RawMr`] keeps
+    /// the PD alive and deregisters when dropped.
+    ///
+    /// # Safety
+    /// `addr..addr + len` stays valid memory until the `RawMr` is dropped.
+    pub(crate) unsafe fn register_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<RawMr<B>> {
+        // SAFETY: forwarded contract (valid until the RawMr deregisters).
+        let keys = unsafe {
+            self.inner
+                .b
+                .reg_mr(self.inner.pd, addr as u64, len as u64, access)
+        }?;
+        Ok(RawMr {
+            pd: Arc::clone(&self.inner),
+            keys,
+        })
+    }
+
     /// Creates an RC QP (in RESET) whose sends complete on `send_cq` and
     /// receives on `recv_cq`.
     pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
@@ -1012,6 +1036,27 @@ impl<B: Backend> Mr<B> {
 impl<B: Backend> Drop for Mr<B> {
     fn drop(&mut self) {
         // Deregister before the buffer is freed (fields drop after this).
+        let _ = self.pd.b.dereg_mr(self.keys.lkey);
+    }
+}
+
+/// A registration of memory someone else owns ([`Pd::register_raw`]):
+/// holds the PD and deregisters on drop; the owner frees the memory only
+/// afterwards.
+pub(crate) struct RawMr<B: Backend> {
+    pd: Arc<PdInner<B>>,
+    keys: MrKeys,
+}
+
+impl<B: Backend> RawMr<B> {
+    /// The keys.
+    pub(crate) fn keys(&self) -> MrKeys {
+        self.keys
+    }
+}
+
+impl<B: Backend> Drop for RawMr<B> {
+    fn drop(&mut self) {
         let _ = self.pd.b.dereg_mr(self.keys.lkey);
     }
 }

@@ -47,6 +47,11 @@ pub mod api;
 #[cfg(feature = "soft")]
 pub mod credit;
 
+/// A pre-registered buffer pool: one region registered at start-up,
+/// buffers handed out by a lock-free, allocation-free allocator.
+#[cfg(feature = "soft")]
+pub mod pool;
+
 /// Least-privilege, revocable exposure of memory to peers.
 #[cfg(feature = "soft")]
 pub mod expose;

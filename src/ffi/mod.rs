@@ -60,9 +60,13 @@ pub mod mlx5;
 // validated handles) needs the software device and so `std`.
 #[cfg(feature = "soft")]
 pub mod object;
+#[cfg(feature = "soft")]
+pub mod pool;
 
 pub use mlx5::*;
 #[cfg(feature = "soft")]
 pub use object::*;
+#[cfg(feature = "soft")]
+pub use pool::*;
 pub use status::*;
 pub use wr::*;

@@ -220,6 +220,8 @@ const KIND_PD: u8 = 2;
 const KIND_MR: u8 = 3;
 const KIND_CQ: u8 = 4;
 const KIND_QP: u8 = 5;
+/// The buffer pool (`ffi::pool`).
+pub(super) const KIND_POOL: u8 = 6;
 
 const INDEX_SHIFT: u32 = 8;
 const INDEX_BITS: u32 = 20;
@@ -319,14 +321,14 @@ fn decode(h: usize, kind: u8) -> Result<(u32, u32), rdd_status> {
 /// # Implementation safety
 /// `KIND` must be unique per type: a slot's kind decides which type its
 /// object pointer is cast to.
-unsafe trait Object: Send + Sync + 'static {
+pub(super) unsafe trait Object: Send + Sync + 'static {
     const KIND: u8;
 }
 
 /// Stores `obj` in a free slot and returns its handle. On failure the
 /// object is dropped (destroying what it owns) and
 /// `RESOURCE_EXHAUSTED` returned.
-fn insert<T: Object>(obj: Box<T>) -> Result<usize, rdd_status> {
+pub(super) fn insert<T: Object>(obj: Box<T>) -> Result<usize, rdd_status> {
     let index = {
         let mut a = alloc_lock();
         match a.free.pop() {
@@ -368,7 +370,7 @@ fn insert<T: Object>(obj: Box<T>) -> Result<usize, rdd_status> {
 }
 
 /// Exclusive access to a live object: no other guard on it exists.
-struct Excl<T: Object> {
+pub(super) struct Excl<T: Object> {
     slot: &'static Slot,
     obj: NonNull<T>,
     live: u64,
@@ -376,7 +378,7 @@ struct Excl<T: Object> {
 }
 
 /// Shared access to a live object: only other shared guards exist.
-struct Shared<T: Object> {
+pub(super) struct Shared<T: Object> {
     slot: &'static Slot,
     obj: NonNull<T>,
 }
@@ -394,7 +396,7 @@ fn lookup(h: usize, kind: u8) -> Result<(&'static Slot, u64, u32), rdd_status> {
 
 /// Acquires `h` exclusively.
 #[inline(always)]
-fn excl<T: Object>(h: usize) -> Result<Excl<T>, rdd_status> {
+pub(super) fn excl<T: Object>(h: usize) -> Result<Excl<T>, rdd_status> {
     let (slot, live, index) = lookup(h, T::KIND)?;
     match slot
         .state
@@ -418,7 +420,7 @@ fn excl<T: Object>(h: usize) -> Result<Excl<T>, rdd_status> {
 
 /// Acquires `h` shared.
 #[inline(always)]
-fn shared<T: Object>(h: usize) -> Result<Shared<T>, rdd_status> {
+pub(super) fn shared<T: Object>(h: usize) -> Result<Shared<T>, rdd_status> {
     let (slot, live, _) = lookup(h, T::KIND)?;
     let mut now = slot.state.load(Ordering::Relaxed);
     loop {
@@ -470,7 +472,7 @@ impl<T: Object> Drop for Excl<T> {
 impl<T: Object> Excl<T> {
     /// Withdraws the handle (every later use is `INVALID_HANDLE`), frees
     /// the slot and drops the object.
-    fn destroy(self) {
+    pub(super) fn destroy(self) {
         let this = mem::ManuallyDrop::new(self);
         let p = this.slot.obj.swap(ptr::null_mut(), Ordering::Relaxed);
         let next_gen = ((this.live >> GEN_SHIFT) as u32).wrapping_add(1);
@@ -536,12 +538,12 @@ impl Drop for DeviceObj {
     }
 }
 
-struct PdObj {
+pub(super) struct PdObj {
     dev: usize,
-    backend: Arc<dyn Backend>,
-    pd: u32,
-    /// Cloned by every MR and QP.
-    link: Arc<()>,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) pd: u32,
+    /// Cloned by every MR, QP and buffer pool.
+    pub(super) link: Arc<()>,
     _dev_link: Arc<()>,
 }
 
@@ -790,12 +792,12 @@ unsafe impl Object for QpObj {
 // ---------------------------------------------------------------------
 
 #[inline(always)]
-fn h<T>(p: *const T) -> usize {
+pub(super) fn h<T>(p: *const T) -> usize {
     p.addr()
 }
 
 #[inline(always)]
-fn as_handle<T>(h: usize) -> *mut T {
+pub(super) fn as_handle<T>(h: usize) -> *mut T {
     ptr::without_provenance_mut(h)
 }
 
@@ -804,7 +806,7 @@ fn as_handle<T>(h: usize) -> *mut T {
 /// # Safety
 /// `out` is non-NULL and valid for a write of one `T`.
 #[inline(always)]
-unsafe fn put<T>(out: *mut T, v: T) {
+pub(super) unsafe fn put<T>(out: *mut T, v: T) {
     // SAFETY: caller contract; unaligned writes accept any address.
     unsafe { out.write_unaligned(v) }
 }
