@@ -27,6 +27,10 @@ stage "clippy (default features, verbs)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features verbs -- -D warnings
 
+stage "API docs build without broken links (default features, verbs)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features verbs
+
 stage "no_std core builds"
 cargo build --no-default-features --target x86_64-unknown-none
 cargo build --no-default-features --target aarch64-unknown-none

@@ -23,53 +23,55 @@
 extern crate std;
 
 pub mod error;
-/// The C ABI (status codes, raw mlx5 queues over caller storage).
+// (Modules are documented by their own `//!` comments; an outer `///`
+// here would make rustdoc resolve their links from this file.)
+
+// The C ABI (status codes, raw mlx5 queues over caller storage).
 #[cfg(feature = "ffi")]
 pub mod ffi;
 pub mod mmio;
 pub mod provider;
-/// Lock-free ring algorithms (multi-producer posting, submission rings),
-/// model-checked with loom.
+// Lock-free ring algorithms (multi-producer posting, submission rings),
+// model-checked with loom.
 pub mod ring;
 /// The loom/core synchronisation shim.
 pub(crate) mod sync;
-/// bindgen of the system `infiniband/mlx5dv.h`, for layout cross-checks.
+// bindgen of the system `infiniband/mlx5dv.h`, for layout cross-checks.
 #[cfg(feature = "verbs")]
 pub mod sys;
 pub mod wr;
 
-/// The safe Rust API (device, PD, MR, CQ, QP), generic over backends.
+// The safe Rust API (device, PD, MR, CQ, QP), generic over backends.
 #[cfg(feature = "soft")]
 pub mod api;
 
-// Documented by its own `//!` comments: an outer `///` here would stop
-// rustdoc from resolving the links inside them.
+// Credit-based flow control for SEND/RECV.
 #[cfg(feature = "soft")]
 pub mod credit;
 
-/// A pre-registered buffer pool: one region registered at start-up,
-/// buffers handed out by a lock-free, allocation-free allocator.
+// A pre-registered buffer pool: one region registered at start-up,
+// buffers handed out by a lock-free, allocation-free allocator.
 #[cfg(feature = "soft")]
 pub mod pool;
 
-/// Least-privilege, revocable exposure of memory to peers.
+// Least-privilege, revocable exposure of memory to peers.
 #[cfg(feature = "soft")]
 pub mod expose;
 
-/// The in-process software HCA (feature `soft`).
+// The in-process software HCA (feature `soft`).
 #[cfg(feature = "soft")]
 pub mod soft;
 
-/// The verbs backend: libibverbs/librdmacm control path for real kernel
-/// devices (feature `verbs`).
+// The verbs backend: libibverbs/librdmacm control path for real kernel
+// devices (feature `verbs`).
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-/// Completion events as file descriptors (eventfd, timed waits).
+// Completion events as file descriptors (eventfd, timed waits).
 #[cfg(feature = "std")]
 pub mod event;
 
-/// Std-only helpers (aligned buffers).
+// Std-only helpers (aligned buffers).
 #[cfg(feature = "std")]
 pub mod util;
 

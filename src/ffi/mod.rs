@@ -6,10 +6,10 @@
 //! # Conventions (C callers)
 //!
 //! - Every function returns an
-//!   [`rdd_status`](crate::ffi::status::rdd_status): 0 is success; crate
-//!   errors keep their [`Error`](crate::Error) codes (1001..); C-ABI-only
+//!   [`crate::ffi::status::rdd_status`]: 0 is success; crate
+//!   errors keep their [`crate::Error`] codes (1001..); C-ABI-only
 //!   failures are 2001.. . A status is never *read* from C as the enum:
-//!   [`rdd_status_str`](crate::ffi::status::rdd_status_str) takes a plain
+//!   [`crate::ffi::status::rdd_status_str`] takes a plain
 //!   `uint32_t` and maps unknown values.
 //! - Parameters: the object first, then inputs, then outputs; a buffer is
 //!   followed by its length.

@@ -25,7 +25,7 @@ pub struct Seg {
 /// Where a send WQE's local data is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Local {
-    /// `n` data segments, stored in [`ParsedSend::segs`].
+    /// `n` data segments, stored in `ParsedSend::segs`.
     Segs(usize),
     /// Inline payload: `len` bytes at offset `off` of the linear WQE copy.
     Inline {
