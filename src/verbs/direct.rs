@@ -17,15 +17,14 @@
 
 use std::sync::Arc;
 
-use super::path::slot_flags;
-use super::path::{describe_send, first_and_total, CqRegistry, QpTrack, RegistryView, RECV_BIT};
+use super::path::{CqRegistry, QpTrack, RegistryView, RECV_BIT};
 use super::uverbs::{UverbsCq, UverbsQp};
 use crate::api::{PortableCq, PortableQp};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode};
+use crate::provider::mlx5::{QpState, Wc};
 use crate::provider::{rxe, siw};
 use crate::sync::Ordering;
-use crate::wr::{validate_recv, validate_send, QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use crate::wr::{validate_recv, QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 /// WRs handed to a codec per call (one producer publication, at most one
 /// doorbell).
@@ -187,47 +186,17 @@ impl PortableQp for DirectQp {
             let mut refused = None;
             while done + n < wrs.len() && n < BATCH {
                 let wr = &wrs[done + n];
-                let check = validate_send(wr, &self.caps).and_then(|_| {
-                    if wr.op.is_atomic() && !self.atomics {
-                        return Err(Error::Unsupported);
-                    }
-                    if wr.flags.0 & !SendFlags::ALL.0 != 0 {
-                        return Err(Error::InvalidFlags);
-                    }
-                    if base + n as u64 - retired >= t.sq_cap {
-                        return Err(Error::SqFull);
-                    }
-                    Ok(())
-                });
+                let check = t.check_send(wr, &self.caps, self.atomics, base + n as u64 - retired);
                 if let Err(e) = check {
                     refused = Some(e);
                     break;
                 }
                 let seq = base + n as u64;
-                let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
-                let mut flags = SendFlags(
-                    wr.flags.0
-                        & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0),
-                );
-                self.unsignaled += 1;
-                // As the portable path: force a completion only when an
-                // unsignaled run would fill the queue.
-                let signaled = user_signaled || self.unsignaled >= t.sq_cap.max(1);
-                if signaled {
-                    flags = flags | SendFlags::SIGNALED;
-                    self.unsignaled = 0;
-                }
                 buf[n] = SendWr {
                     wr_id: seq,
-                    flags,
+                    flags: t.record_send(seq, wr, &mut self.unsignaled),
                     ..*wr
                 };
-                let slot = &t.sq[(seq & t.sq_mask) as usize];
-                describe_send(slot, wr);
-                // Relaxed: published by the Release store of sq_posted.
-                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                slot.flags
-                    .store(slot_flags(user_signaled, signaled), Ordering::Relaxed);
                 n += 1;
             }
             if n > 0 {
@@ -334,12 +303,7 @@ impl PortableQp for DirectQp {
                     wr_id: seq | RECV_BIT,
                     sges: wr.sges,
                 };
-                let slot = &t.rq[(seq & t.rq_mask) as usize];
-                let (la, lk, len) = first_and_total(wr.sges);
-                slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
-                // Relaxed: published by the Release store of rq_posted.
-                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                slot.flags.store(0, Ordering::Relaxed);
+                t.record_recv(seq, wr);
                 n += 1;
             }
             if n > 0 {

@@ -242,6 +242,67 @@ impl QpTrack {
         }
     }
 
+    /// The checks a send WR passes before a provider sees it: the crate's
+    /// validation, atomics only where the device has them, known flags,
+    /// and room (`queued` WRs not yet retired).
+    pub(crate) fn check_send(
+        &self,
+        wr: &SendWr<'_>,
+        caps: &QpCaps,
+        atomics: bool,
+        queued: u64,
+    ) -> Result<()> {
+        validate_send(wr, caps)?;
+        if wr.op.is_atomic() && !atomics {
+            return Err(Error::Unsupported);
+        }
+        if wr.flags.0 & !SendFlags::ALL.0 != 0 {
+            return Err(Error::InvalidFlags);
+        }
+        if queued >= self.sq_cap {
+            return Err(Error::SqFull);
+        }
+        Ok(())
+    }
+
+    /// Records send WR `seq` in its slot (the user's wr_id, its shape for
+    /// failed-WR reports, whether it is reported) and returns the flags the
+    /// provider gets. A completion is forced when an unsignaled run
+    /// (`unsignaled`, the poster's counter) would fill the queue, so
+    /// unsignaled work cannot hold it forever: the WR in the last free slot
+    /// asks for one. Earlier forcing would only add completions to users
+    /// who signal one WR in N with N below the depth (perftest-style
+    /// moderation).
+    pub(crate) fn record_send(&self, seq: u64, wr: &SendWr<'_>, unsignaled: &mut u64) -> SendFlags {
+        let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
+        let mut flags = SendFlags(
+            wr.flags.0 & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0),
+        );
+        *unsignaled += 1;
+        let signaled = user_signaled || *unsignaled >= self.sq_cap.max(1);
+        if signaled {
+            flags = flags | SendFlags::SIGNALED;
+            *unsignaled = 0;
+        }
+        let slot = &self.sq[(seq & self.sq_mask) as usize];
+        describe_send(slot, wr);
+        // Relaxed: published by the Release store of sq_posted.
+        slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+        slot.flags
+            .store(slot_flags(user_signaled, signaled), Ordering::Relaxed);
+        flags
+    }
+
+    /// Records receive WR `seq` in its slot.
+    pub(crate) fn record_recv(&self, seq: u64, wr: &RecvWr<'_>) {
+        let slot = &self.rq[(seq & self.rq_mask) as usize];
+        let (la, lk, len) = first_and_total(wr.sges);
+        slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
+        // Relaxed: published by the Release store of rq_posted.
+        slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
+        slot.flags.store(0, Ordering::Relaxed);
+    }
+
     /// Send WRs that can be posted now.
     pub(crate) fn send_space(&self) -> u32 {
         // Relaxed/Acquire: a snapshot; Acquire pairs with the poller's
@@ -650,18 +711,7 @@ impl PortableQp for VerbsQp {
             let mut refused = None;
             while done + n < wrs.len() && n < CHAIN {
                 let wr = &wrs[done + n];
-                let check = validate_send(wr, &self.caps).and_then(|_| {
-                    if wr.op.is_atomic() && !self.atomics {
-                        return Err(Error::Unsupported);
-                    }
-                    if wr.flags.0 & !SendFlags::ALL.0 != 0 {
-                        return Err(Error::InvalidFlags);
-                    }
-                    if base + n as u64 - retired >= t.sq_cap {
-                        return Err(Error::SqFull);
-                    }
-                    Ok(())
-                });
+                let check = t.check_send(wr, &self.caps, self.atomics, base + n as u64 - retired);
                 if let Err(e) = check {
                     refused = Some(e);
                     break;
@@ -678,30 +728,11 @@ impl PortableQp for VerbsQp {
                 // until the WR is linked to a following one.
                 *w = blank_send();
                 w.wr_id = seq;
-                w.send_flags = wr.flags.0
-                    & (SendFlags::FENCE.0 | SendFlags::SIGNALED.0 | SendFlags::SOLICITED.0);
-                let user_signaled = wr.flags.contains(SendFlags::SIGNALED);
-                self.unsignaled += 1;
-                // Force a completion when an unsignaled run would fill the
-                // queue, so unsignaled work cannot hold it forever: the WR
-                // in the last free slot asks for one. Earlier forcing would
-                // only add completions to users who signal one WR in N
-                // with N below the depth (perftest-style moderation).
-                let signaled = user_signaled || self.unsignaled >= t.sq_cap.max(1);
-                if signaled {
-                    w.send_flags |= SendFlags::SIGNALED.0;
-                    self.unsignaled = 0;
-                }
+                w.send_flags = t.record_send(seq, wr, &mut self.unsignaled).0;
                 if let Err(e) = fill_send(w, wr, sges, &mut used) {
                     refused = Some(e);
                     break;
                 }
-                let slot = &t.sq[(seq & t.sq_mask) as usize];
-                describe_send(slot, wr);
-                // Relaxed: published by the Release store of sq_posted.
-                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                slot.flags
-                    .store(slot_flags(user_signaled, signaled), Ordering::Relaxed);
                 n += 1;
             }
             if n > 0 {
@@ -807,12 +838,7 @@ impl PortableQp for VerbsQp {
                     },
                     num_sge: (used - first) as i32,
                 };
-                let slot = &t.rq[(seq & t.rq_mask) as usize];
-                let (la, lk, len) = first_and_total(wr.sges);
-                slot.describe(la, 0, len, lk, 0, WcOpcode::RECV.0, false);
-                // Relaxed: published by the Release store of rq_posted.
-                slot.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                slot.flags.store(0, Ordering::Relaxed);
+                t.record_recv(seq, wr);
                 n += 1;
             }
             if n > 0 {
