@@ -10,6 +10,7 @@
 //! submitter; the target memory holds exactly the bytes written (and
 //! nothing outside them); every post was one batch.
 
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -173,10 +174,15 @@ fn many_submitters_one_poll_mode_thread_batches_writes() {
         })
     };
 
+    // Every application thread holds its id before any submits, so a late
+    // thread cannot reuse the id of one that already finished.
+    let registered = Arc::new(Barrier::new(SUBMITTERS));
     let apps: Vec<_> = (0..SUBMITTERS)
         .map(|_| {
+            let registered = Arc::clone(&registered);
             thread::spawn(move || {
                 let mut sub = SVC.register().expect("a free id");
+                registered.wait();
                 let k = sub.id().index();
                 let mut seen = vec![false; PER_SUBMITTER as usize];
                 let (mut next, mut done) = (0u64, 0u64);

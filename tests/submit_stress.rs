@@ -13,6 +13,7 @@
 //! rate.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -55,14 +56,20 @@ fn four_submitters_one_poller_every_descriptor_completes_once() {
     let total = SUBMITTERS as u64 * PER_SUBMITTER;
     let ring_full = AtomicU64::new(0);
     let no_credit = AtomicU64::new(0);
+    // Every submitter holds its id before any submits: a thread that
+    // started late could otherwise register after an early one finished
+    // and reuse its freed id (by design), which this test's per-id order
+    // check would misread as a reordering.
+    let registered = Barrier::new(SUBMITTERS);
     let start = Instant::now();
 
     let (batches, drained) = thread::scope(|s| {
         for _ in 0..SUBMITTERS {
             let svc = &*svc;
-            let (ring_full, no_credit) = (&ring_full, &no_credit);
+            let (ring_full, no_credit, registered) = (&ring_full, &no_credit, &registered);
             s.spawn(move || {
                 let mut sub = svc.register().expect("a free id");
+                registered.wait();
                 let id = sub.id().index();
                 let mut next_submit = 0u64;
                 let mut next_done = 0u64;
