@@ -202,6 +202,20 @@ pub trait Backend: Send + Sync + 'static {
     /// Deregisters the region with local key `lkey`; afterwards the device
     /// never touches the memory.
     fn dereg_mr(&self, lkey: u32) -> Result<()>;
+    /// Allocates a type-2 memory window in `pd`, unbound; returns its key.
+    /// [`Error::Unsupported`] where the device (or the data path in use)
+    /// has no windows, which is the default.
+    fn alloc_mw(&self, pd: u32) -> Result<u32> {
+        let _ = pd;
+        Err(Error::Unsupported)
+    }
+    /// Deallocates the window whose key (any generation: the upper 24 bits
+    /// name it) is `rkey`. A bound window is invalidated at once: requests
+    /// with its key fail from then on.
+    fn dealloc_mw(&self, rkey: u32) -> Result<()> {
+        let _ = rkey;
+        Err(Error::Unsupported)
+    }
     /// Creates a CQ with at least `depth` entries.
     fn create_cq(&self, depth: u32) -> Result<RawCq>;
     /// Destroys a CQ.
@@ -1000,6 +1014,22 @@ impl<B: Backend> Mr<B> {
     /// Deregisters a registration made by [`Mr::register_range`].
     pub(crate) fn deregister_range(&self, keys: MrKeys) -> Result<()> {
         self.pd.b.dereg_mr(keys.lkey)
+    }
+
+    /// True if `qp` is in this region's protection domain.
+    pub(crate) fn same_pd(&self, qp: &Qp<B>) -> bool {
+        Arc::ptr_eq(&self.pd, &qp.pd)
+    }
+
+    /// Allocates a type-2 memory window in this region's PD (for
+    /// [`crate::expose`]); returns its key.
+    pub(crate) fn alloc_window(&self) -> Result<u32> {
+        self.pd.b.alloc_mw(self.pd.pd)
+    }
+
+    /// Deallocates a window made by [`Mr::alloc_window`].
+    pub(crate) fn dealloc_window(&self, rkey: u32) -> Result<()> {
+        self.pd.b.dealloc_mw(rkey)
     }
 
     /// An SGE for `len` bytes at `offset` (bounds are checked by the

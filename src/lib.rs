@@ -96,4 +96,4 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
         core::hint::spin_loop();
     }
 }
-pub use wr::{Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+pub use wr::{MwBind, Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};

@@ -137,6 +137,50 @@ pub enum SendOp {
     /// A NOP WQE (control segment only); useful to request a completion
     /// that flushes unsignaled work.
     Nop,
+    /// BIND_MW: binds a type-2 memory window to a range of a region, for
+    /// the peer of this QP only (IBA o10-37; the window then answers only
+    /// requests that arrive on this QP). Local operation: no payload, no
+    /// packet; the completion's opcode is [`WcOpcode::BIND_MW`]. Devices
+    /// without type-2 windows (the mlx5 core, the software device, siw)
+    /// refuse it with [`Error::Unsupported`]. `rdma_direct::expose`
+    /// builds it (`Mr::expose_to`, `Exposure::rebind`), checking the range
+    /// and picking the new key.
+    ///
+    /// [`WcOpcode::BIND_MW`]: crate::provider::mlx5::cq::WcOpcode::BIND_MW
+    BindMw(MwBind),
+    /// LOCAL_INV: invalidates `rkey` (a type-2 window bound on this QP), so
+    /// the peer's requests with it fail with a remote access error from the
+    /// moment the WR executes. Local operation: no payload, no packet; the
+    /// completion's opcode is [`WcOpcode::LOCAL_INV`]. Refused with
+    /// [`Error::Unsupported`] where [`SendOp::BindMw`] is.
+    ///
+    /// [`WcOpcode::LOCAL_INV`]: crate::provider::mlx5::cq::WcOpcode::LOCAL_INV
+    LocalInv {
+        /// The key to invalidate.
+        rkey: u32,
+    },
+}
+
+/// What a [`SendOp::BindMw`] binds: the window `mw_rkey` (its key now),
+/// to `len` bytes at `addr` of the region whose local key is `mr_lkey`,
+/// with the remote rights `access`, under `new_rkey` (the same window
+/// index, a fresh low byte). The region must have been registered with
+/// [`Access::MW_BIND`](crate::api::Access::MW_BIND) and local write when
+/// the window grants remote write or atomics (IBA C10-73, C10-74).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBind {
+    /// First byte (a virtual address inside the region).
+    pub addr: u64,
+    /// Bytes; at least 1.
+    pub len: u64,
+    /// The region's local key.
+    pub mr_lkey: u32,
+    /// The window's key before this bind.
+    pub mw_rkey: u32,
+    /// The window's key after it (upper 24 bits as `mw_rkey`).
+    pub new_rkey: u32,
+    /// `IBV_ACCESS_REMOTE_*` bits (remote read 4, write 2, atomic 8).
+    pub access: u32,
 }
 
 impl SendOp {
@@ -157,6 +201,16 @@ impl SendOp {
     #[inline]
     pub const fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+
+    /// True for the operations that carry no local data: NOP, BIND_MW and
+    /// LOCAL_INV (they take no SGEs and no inline payload).
+    #[inline]
+    pub const fn is_dataless(&self) -> bool {
+        matches!(
+            self,
+            SendOp::Nop | SendOp::BindMw(_) | SendOp::LocalInv { .. }
+        )
     }
 }
 
@@ -300,7 +354,7 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<SendShape> {
                 if sges.len() != 1 || sges[0].length != 8 {
                     return Err(Error::AtomicSgeLength);
                 }
-            } else if matches!(wr.op, SendOp::Nop) {
+            } else if wr.op.is_dataless() {
                 if !sges.is_empty() {
                     return Err(Error::TooManySges);
                 }
@@ -320,7 +374,9 @@ pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<SendShape> {
                 SendOp::Read { .. }
                 | SendOp::CompareSwap { .. }
                 | SendOp::FetchAdd { .. }
-                | SendOp::Nop => return Err(Error::InlineNotAllowed),
+                | SendOp::Nop
+                | SendOp::BindMw(_)
+                | SendOp::LocalInv { .. } => return Err(Error::InlineNotAllowed),
                 _ => {}
             }
             let len = inline_length(pieces)?;

@@ -192,3 +192,78 @@ fn a_disconnected_peer_loses_every_exposure() {
         WcStatus::REM_ACCESS_ERR
     );
 }
+
+/// `Mr::expose_to` on a device without memory windows (the software
+/// device) falls back to a registration of its own: no WR is posted, the
+/// key works as granted, `invalidate` revokes it at once (no completion to
+/// wait for) and a window-only `rebind` is refused with a typed error.
+/// A QP of another protection domain is refused up front.
+#[test]
+fn expose_to_without_windows_falls_back_to_a_registration() {
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let mut owned = pd
+        .register(4096, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    owned.as_mut_slice().fill(0x3c);
+    let peer = pd.register(4096, Access::LOCAL_WRITE).unwrap();
+    let mut cq = dev.create_cq(64).unwrap();
+    let small = QpInit {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        ..QpInit::default()
+    };
+    let mut qp = pd.create_qp(&cq, &cq, &small).unwrap();
+    let before = owned.as_slice().to_vec();
+
+    let mut e = owned
+        .expose_to(&mut qp, 7, SendFlags::SIGNALED, 0, 1024, RemoteAccess::Read)
+        .unwrap();
+    assert!(!e.is_window(), "the software device has no windows");
+    let mut none = [Wc::default(); 2];
+    assert_eq!(cq.poll(&mut qp, &mut none).unwrap(), 0, "no WR was posted");
+    let key = e.remote(0);
+    assert_eq!(attempt(&dev, &pd, &peer, key, false), WcStatus::SUCCESS);
+    assert_eq!(
+        attempt(&dev, &pd, &peer, key, true),
+        WcStatus::REM_ACCESS_ERR,
+        "read-only"
+    );
+    assert_eq!(e.invalidate(&mut qp, 8, SendFlags::SIGNALED), Ok(false));
+    assert!(e.is_revoked());
+    assert_eq!(
+        e.rebind(&mut qp, 9, SendFlags::SIGNALED),
+        Err(Error::Unsupported)
+    );
+    assert_eq!(
+        attempt(&dev, &pd, &peer, key, false),
+        WcStatus::REM_ACCESS_ERR
+    );
+    assert_eq!(owned.as_slice(), &before[..]);
+
+    // The set's variant, revoked with the rest.
+    let mut set = ExposureSet::new();
+    let i = set
+        .expose_to(
+            &mut qp,
+            10,
+            SendFlags::NONE,
+            &owned,
+            0,
+            64,
+            RemoteAccess::ReadWrite,
+        )
+        .unwrap();
+    let k = set.get(i).unwrap().remote(0);
+    assert_eq!(attempt(&dev, &pd, &peer, k, true), WcStatus::SUCCESS);
+    set.revoke_all().unwrap();
+    assert_eq!(attempt(&dev, &pd, &peer, k, true), WcStatus::REM_ACCESS_ERR);
+
+    // Another PD's QP cannot be given the key.
+    let pd2 = dev.alloc_pd().unwrap();
+    let mut other = pd2.create_qp(&cq, &cq, &small).unwrap();
+    assert!(matches!(
+        owned.expose_to(&mut other, 11, SendFlags::NONE, 0, 64, RemoteAccess::Read),
+        Err(Error::InvalidAttribute)
+    ));
+}

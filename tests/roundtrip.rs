@@ -46,6 +46,9 @@ fn expected(wr: &SendWr<'_>, index: u16, qpn: u32, signaled: bool) -> DecodedWqe
         ),
         SendOp::FetchAdd { remote, add } => (opcode::ATOMIC_FA, 0, Some(remote), Some((add, None))),
         SendOp::Nop => (opcode::NOP, 0, None, None),
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } => {
+            unreachable!("the mlx5 encoder refuses these")
+        }
     };
     let mut ds = 1 + remote.is_some() as u32 + atomic.is_some() as u32;
     let (sges, inline) = match wr.payload {

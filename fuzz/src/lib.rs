@@ -140,6 +140,7 @@ pub mod pattern {
 /// Independent model of send work requests.
 pub mod send {
     use rdma_direct::provider::mlx5::QpState;
+    use rdma_direct::wr::MwBind;
     use rdma_direct::{Error, QpCaps, Remote, SendFlags, SendOp, SendWr, Sge};
 
     use crate::Bytes;
@@ -233,9 +234,9 @@ pub mod send {
     }
 
     /// The nine operations, in input order.
-    pub const OP_KINDS: u8 = 9;
+    pub const OP_KINDS: u8 = 11;
 
-    /// Builds operation number `kind % 9` with fields read from `r`;
+    /// Builds operation number `kind % 11` with fields read from `r`;
     /// `align` forces the remote address of atomics to 8 bytes.
     pub fn read_op(r: &mut Bytes<'_>, kind: u8, align: bool) -> SendOp {
         let remote = |r: &mut Bytes<'_>, atomic: bool| {
@@ -268,6 +269,15 @@ pub mod send {
                 remote: remote(r, true),
                 add: r.u64(),
             },
+            9 => SendOp::BindMw(MwBind {
+                addr: r.u64(),
+                len: r.u64(),
+                mr_lkey: r.u32(),
+                mw_rkey: r.u32(),
+                new_rkey: r.u32(),
+                access: r.u32(),
+            }),
+            10 => SendOp::LocalInv { rkey: r.u32() },
             _ => SendOp::Nop,
         }
     }
@@ -337,6 +347,9 @@ pub mod send {
             SendOp::CompareSwap { .. } => (mlx5_op::ATOMIC_CS, 3),
             SendOp::FetchAdd { .. } => (mlx5_op::ATOMIC_FA, 3),
             SendOp::Nop => (mlx5_op::NOP, 1),
+            // Refused before anything is written (the mlx5 encoder has no
+            // memory-window WQEs); sized as a NOP where a size is asked.
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } => (mlx5_op::NOP, 1),
         }
     }
 
@@ -394,13 +407,16 @@ pub mod send {
         if !matches!(state, QpState::Rts | QpState::Error) {
             v.push(Error::InvalidQpState);
         }
+        if matches!(w.op, SendOp::BindMw(_) | SendOp::LocalInv { .. }) {
+            v.push(Error::Unsupported);
+        }
         let atomic = is_atomic(&w.op);
         match &w.payload {
             PayloadSpec::Sges(s) => {
                 if s.len() > caps.max_send_sge as usize {
                     v.push(Error::TooManySges);
                 }
-                if matches!(w.op, SendOp::Nop) && !s.is_empty() {
+                if w.op.is_dataless() && !s.is_empty() {
                     v.push(Error::TooManySges);
                 }
                 if atomic && !(s.len() == 1 && s[0].length == 8) {
@@ -424,6 +440,8 @@ pub mod send {
                         | SendOp::CompareSwap { .. }
                         | SendOp::FetchAdd { .. }
                         | SendOp::Nop
+                        | SendOp::BindMw(_)
+                        | SendOp::LocalInv { .. }
                 ) {
                     v.push(Error::InlineNotAllowed);
                 }

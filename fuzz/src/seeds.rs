@@ -54,6 +54,8 @@ fn op_kind(op: &SendOp) -> u8 {
         SendOp::CompareSwap { .. } => 6,
         SendOp::FetchAdd { .. } => 7,
         SendOp::Nop => 8,
+        SendOp::BindMw(_) => 9,
+        SendOp::LocalInv { .. } => 10,
     }
 }
 
@@ -64,8 +66,16 @@ fn op_fields(w: &mut SeedWriter, op: &SendOp) {
         SendOp::SendImm { imm } => {
             w.u32(imm);
         }
-        SendOp::SendInv { rkey } => {
+        SendOp::SendInv { rkey } | SendOp::LocalInv { rkey } => {
             w.u32(rkey);
+        }
+        SendOp::BindMw(b) => {
+            w.u64(b.addr);
+            w.u64(b.len);
+            w.u32(b.mr_lkey);
+            w.u32(b.mw_rkey);
+            w.u32(b.new_rkey);
+            w.u32(b.access);
         }
         SendOp::Write { remote } | SendOp::Read { remote } => {
             w.u64(remote.addr).u32(remote.rkey);

@@ -1189,7 +1189,7 @@ impl SoftDevice {
         {
             return Err(Error::InvalidAttribute);
         }
-        if access.0 & !Access::ALL.0 != 0 || addr.checked_add(len).is_none() {
+        if access.0 & !Access::MR_ALL.0 != 0 || addr.checked_add(len).is_none() {
             return Err(Error::InvalidAttribute);
         }
         let mut e = self.engine();

@@ -20,8 +20,15 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// Peers may run atomics (needs LOCAL_WRITE).
     pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Every defined bit.
+    /// Every access bit a QP takes (`IBV_ACCESS_*` local write and the
+    /// remote rights).
     pub const ALL: Access = Access(0xf);
+    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
+    /// Regions only; grants nothing by itself. Needed for
+    /// [`crate::expose`]'s windows; devices without windows ignore it.
+    pub const MW_BIND: Access = Access(0x10);
+    /// Every bit a region takes: [`Access::ALL`] and [`Access::MW_BIND`].
+    pub const MR_ALL: Access = Access(0x1f);
 
     /// True if all bits of `o` are set.
     #[inline]

@@ -218,7 +218,7 @@ pub struct DeviceCaps {
 }
 
 /// A raw libibverbs object pointer, owned by the backend's tables.
-struct Raw<T>(*mut T);
+pub(crate) struct Raw<T>(pub(crate) *mut T);
 // SAFETY: libibverbs objects may be used from any thread; the tables that
 // hold these pointers are behind the backend's mutex.
 unsafe impl<T> Send for Raw<T> {}
@@ -294,6 +294,10 @@ pub struct VerbsDevice {
     /// CQ exists on it whose events libibverbs would have to see).
     direct: Option<(uverbs::Kind, uverbs::AsyncEvents)>,
     tables: Mutex<Tables>,
+    /// Memory windows and the regions they may be bound to, shared with
+    /// the portable QPs (libibverbs' BIND_MW work request names both by
+    /// pointer).
+    windows: Arc<Mutex<path::WindowTable>>,
 }
 
 /// `IBV_LINK_LAYER_ETHERNET` (verbs.h; an anonymous enum rdma-sys does
@@ -486,6 +490,7 @@ impl VerbsDevice {
                 next: 1,
                 ..Tables::default()
             }),
+            windows: Arc::default(),
         })
     }
 
@@ -638,6 +643,12 @@ impl VerbsDevice {
         // way that matters here (each update is one insert/remove).
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The window table (taken after `tables` when both are held).
+    fn windows(&self) -> MutexGuard<'_, path::WindowTable> {
+        // As for `lock`.
+        self.windows.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Opens a device context, preferring librdmacm's own contexts so QPs made
@@ -738,7 +749,7 @@ impl Backend for VerbsDevice {
     }
 
     unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<MrKeys> {
-        if access.0 & !Access::ALL.0 != 0 {
+        if access.0 & !Access::MR_ALL.0 != 0 {
             return Err(Error::InvalidAttribute);
         }
         let mut t = self.lock();
@@ -772,6 +783,9 @@ impl Backend for VerbsDevice {
         if let Some(p) = t.pds.get_mut(&pd) {
             p.1 += 1;
         }
+        if access.contains(Access::MW_BIND) {
+            self.windows().mrs.insert(keys.lkey, Raw(mr));
+        }
         Ok(keys)
     }
 
@@ -782,6 +796,55 @@ impl Backend for VerbsDevice {
         // SAFETY: a live MR owned by this table.
         check("ibv_dereg_mr", unsafe { sys::ibv_dereg_mr(raw.0) })?;
         t.mrs.remove(&lkey);
+        self.windows().mrs.remove(&lkey);
+        if let Some(p) = t.pds.get_mut(&pd) {
+            p.1 -= 1;
+        }
+        Ok(())
+    }
+
+    fn alloc_mw(&self, pd: u32) -> Result<u32> {
+        // The mlx5 core writes no UMR WQEs, so it could never bind one.
+        if !self.caps.memory_windows || self.caps.direct_mlx5 {
+            return Err(Error::Unsupported);
+        }
+        let mut t = self.lock();
+        let (raw, _) = t.pds.get(&pd).ok_or(Error::NoSuchObject)?;
+        // SAFETY: a live PD; rdma-sys's wrapper calls the provider's
+        // alloc_mw (or reports EOPNOTSUPP when it has none).
+        let mw = unsafe { sys::ibv_alloc_mw(raw.0, sys::ibv_mw_type::IBV_MW_TYPE_2) }
+            .unwrap_or(core::ptr::null_mut());
+        if mw.is_null() {
+            let e = fail_errno("ibv_alloc_mw");
+            return Err(match last_error().1 {
+                libc::EOPNOTSUPP | libc::ENOSYS => Error::Unsupported,
+                _ => e,
+            });
+        }
+        // SAFETY: a live MW just returned.
+        let rkey = unsafe { (*mw).rkey };
+        let mut w = self.windows();
+        if w.mws.contains_key(&(rkey >> 8)) {
+            // SAFETY: the MW just allocated; nothing refers to it.
+            unsafe { sys::ibv_dealloc_mw(mw) };
+            return Err(Error::ProviderError);
+        }
+        w.mws.insert(rkey >> 8, (Raw(mw), pd));
+        if let Some(p) = t.pds.get_mut(&pd) {
+            p.1 += 1;
+        }
+        Ok(rkey)
+    }
+
+    fn dealloc_mw(&self, rkey: u32) -> Result<()> {
+        let mut t = self.lock();
+        let mut w = self.windows();
+        let (raw, pd) = w.mws.get(&(rkey >> 8)).ok_or(Error::NoSuchObject)?;
+        let (mw, pd) = (raw.0, *pd);
+        // SAFETY: a live MW owned by this table (alloc_mw set the provider
+        // ops, dealloc_mw among them).
+        check("ibv_dealloc_mw", unsafe { sys::ibv_dealloc_mw(mw) })?;
+        w.mws.remove(&(rkey >> 8));
         if let Some(p) = t.pds.get_mut(&pd) {
             p.1 -= 1;
         }
@@ -956,7 +1019,13 @@ impl Backend for VerbsDevice {
             ia.cap.max_send_wr.max(init.max_send_wr),
             ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
         ));
-        let portable = path::VerbsQp::new(qp, Arc::clone(&track), caps, self.caps.atomics);
+        let portable = path::VerbsQp::new(
+            qp,
+            Arc::clone(&track),
+            caps,
+            self.caps.atomics,
+            Arc::clone(&self.windows),
+        );
         self.register_qp(
             &mut t,
             qpn,

@@ -18,12 +18,13 @@
 //!   out-of-bounds index.
 
 use std::boxed::Box;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::vec::Vec;
 
 use rdma_sys as sys;
 
-use super::fail;
+use super::{fail, Raw};
 use crate::api::{PortableCq, PortableQp};
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
@@ -468,6 +469,16 @@ impl CqRegistry {
     }
 }
 
+/// Memory windows (by index, `rkey >> 8`, with their PD handle) and the
+/// regions registered with `MW_BIND` (by lkey): libibverbs' BIND_MW work
+/// request names both by pointer. Owned by the device, shared with its
+/// portable QPs.
+#[derive(Default)]
+pub(crate) struct WindowTable {
+    pub(crate) mws: HashMap<u32, (Raw<sys::ibv_mw>, u32)>,
+    pub(crate) mrs: HashMap<u32, Raw<sys::ibv_mr>>,
+}
+
 /// A portable QP: posts through libibverbs.
 pub struct VerbsQp {
     qp: *mut sys::ibv_qp,
@@ -485,6 +496,9 @@ pub struct VerbsQp {
     /// The SGEs the chains point into (one call at a time uses them:
     /// posting takes `&mut self`).
     sges: Box<[sys::ibv_sge; SGES]>,
+    /// The device's windows and bindable regions (BIND_MW names them by
+    /// pointer).
+    windows: Arc<Mutex<WindowTable>>,
 }
 
 // SAFETY: the QP pointer is used only through `&mut self` (one thread at a
@@ -496,12 +510,19 @@ unsafe impl Send for VerbsQp {}
 
 impl VerbsQp {
     /// Wraps a created QP.
-    pub fn new(qp: *mut sys::ibv_qp, track: Arc<QpTrack>, caps: QpCaps, atomics: bool) -> VerbsQp {
+    pub(crate) fn new(
+        qp: *mut sys::ibv_qp,
+        track: Arc<QpTrack>,
+        caps: QpCaps,
+        atomics: bool,
+        windows: Arc<Mutex<WindowTable>>,
+    ) -> VerbsQp {
         VerbsQp {
             qp,
             track,
             caps,
             atomics,
+            windows,
             unsignaled: 0,
             send_chain: Box::new(core::array::from_fn(|_| blank_send())),
             recv_chain: Box::new(core::array::from_fn(|_| blank_recv())),
@@ -522,6 +543,7 @@ fn fill_send(
     wr: &SendWr<'_>,
     sges: &mut [sys::ibv_sge; SGES],
     used: &mut usize,
+    windows: &Mutex<WindowTable>,
 ) -> Result<()> {
     use sys::ibv_wr_opcode as O;
     let first = *used;
@@ -610,6 +632,34 @@ fn fill_send(
         }
         // Standard verbs has no NOP work request.
         SendOp::Nop => return Err(Error::Unsupported),
+        SendOp::BindMw(b) => {
+            let table = windows.lock().unwrap_or_else(|p| p.into_inner());
+            let mw = table.mws.get(&(b.mw_rkey >> 8)).map(|e| e.0 .0);
+            let mr = table.mrs.get(&b.mr_lkey).map(|m| m.0);
+            let (Some(mw), Some(mr)) = (mw, mr) else {
+                return Err(Error::NoSuchObject);
+            };
+            // SAFETY: a live MW of this device (in the table until
+            // dealloc_mw, which takes the same lock). The provider reads
+            // the window's current key from `rkey`, which libibverbs only
+            // caches: the crate tracks the key across binds and writes it.
+            unsafe { (*mw).rkey = b.mw_rkey };
+            w.opcode = O::IBV_WR_BIND_MW;
+            w.bind_mw_tso_union.bind_mw = sys::bind_mw_t {
+                mw,
+                rkey: b.new_rkey,
+                bind_info: sys::ibv_mw_bind_info {
+                    mr,
+                    addr: b.addr,
+                    length: b.len,
+                    mw_access_flags: b.access,
+                },
+            };
+        }
+        SendOp::LocalInv { rkey } => {
+            w.opcode = O::IBV_WR_LOCAL_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        }
     }
     Ok(())
 }
@@ -640,6 +690,8 @@ pub(crate) fn describe_send(slot: &Slot, wr: &SendWr<'_>) {
         SendOp::Read { .. } => WcOpcode::RDMA_READ,
         SendOp::CompareSwap { .. } => WcOpcode::COMP_SWAP,
         SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
+        SendOp::BindMw(_) => WcOpcode::BIND_MW,
+        SendOp::LocalInv { .. } => WcOpcode::LOCAL_INV,
         _ => WcOpcode::SEND,
     };
     match wr.payload {
@@ -729,7 +781,7 @@ impl PortableQp for VerbsQp {
                 *w = blank_send();
                 w.wr_id = seq;
                 w.send_flags = t.record_send(seq, wr, &mut self.unsignaled).0;
-                if let Err(e) = fill_send(w, wr, sges, &mut used) {
+                if let Err(e) = fill_send(w, wr, sges, &mut used, &self.windows) {
                     refused = Some(e);
                     break;
                 }

@@ -117,6 +117,8 @@ impl WcOpcode {
     pub const RDMA_READ: WcOpcode = WcOpcode(2);
     pub const COMP_SWAP: WcOpcode = WcOpcode(3);
     pub const FETCH_ADD: WcOpcode = WcOpcode(4);
+    pub const BIND_MW: WcOpcode = WcOpcode(5);
+    pub const LOCAL_INV: WcOpcode = WcOpcode(6);
     pub const RECV: WcOpcode = WcOpcode(128);
     pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(129);
 }

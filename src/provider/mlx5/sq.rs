@@ -834,6 +834,9 @@ impl SendQueue {
             SendOp::CompareSwap { .. } => (opcode::ATOMIC_CS, 3, 0),
             SendOp::FetchAdd { .. } => (opcode::ATOMIC_FA, 3, 0),
             SendOp::Nop => (opcode::NOP, 1, 0),
+            // Memory windows need UMR WQEs, which this encoder does not
+            // write.
+            SendOp::BindMw(_) | SendOp::LocalInv { .. } => return Err(Error::Unsupported),
         };
         let data_ds = if shape.inline {
             if shape.inline_len == 0 {

@@ -40,6 +40,8 @@ pub fn decode_cqe(c: &RxeUverbsWc) -> Result<Wc> {
         | wc_opcode::RDMA_READ
         | wc_opcode::COMP_SWAP
         | wc_opcode::FETCH_ADD
+        | wc_opcode::BIND_MW
+        | wc_opcode::LOCAL_INV
         | wc_opcode::RECV
         | wc_opcode::RECV_RDMA_WITH_IMM => WcOpcode(c.opcode),
         _ => return Err(Error::CqeCorrupt),

@@ -78,6 +78,10 @@ pub mod wc_opcode {
     pub const COMP_SWAP: u32 = 3;
     /// Atomic fetch and add.
     pub const FETCH_ADD: u32 = 4;
+    /// A memory window bound (BIND_MW).
+    pub const BIND_MW: u32 = 5;
+    /// A key invalidated (LOCAL_INV).
+    pub const LOCAL_INV: u32 = 6;
     /// A receive consumed by SEND.
     pub const RECV: u32 = 128;
     /// A receive consumed by RDMA WRITE with immediate.
@@ -145,9 +149,30 @@ pub struct RxeAtomicWr {
     pub reserved: u32,
 }
 
+/// The `mw` member of the `wr` union: a BIND_MW work request (32 B). The
+/// kernel looks the window up by `mw_rkey` and the region by `mr_lkey`,
+/// checks both keys are current, and gives the window the low byte of
+/// `rkey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxeMwWr {
+    /// First byte bound (a virtual address in the region).
+    pub addr: u64,
+    /// Bytes bound.
+    pub length: u64,
+    /// The region's local key.
+    pub mr_lkey: u32,
+    /// The window's current key.
+    pub mw_rkey: u32,
+    /// The window's key after the bind.
+    pub rkey: u32,
+    /// `IB_ACCESS_*` rights granted through the window.
+    pub access: u32,
+}
+
 /// The 120-byte `wr` union of `struct rxe_send_wr` (reference §B.3). Only
 /// the members this crate writes are named; `raw` covers the rest (UD,
-/// memory windows, flush).
+/// flush).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union RxeWrUnion {
@@ -155,6 +180,8 @@ pub union RxeWrUnion {
     pub rdma: RxeRdmaWr,
     /// Atomics.
     pub atomic: RxeAtomicWr,
+    /// BIND_MW.
+    pub mw: RxeMwWr,
     /// The whole union.
     pub raw: [u64; 15],
 }
@@ -323,6 +350,12 @@ const_assert_eq!(size_of::<RxeAtomicWr>(), 32);
 const_assert_eq!(offset_of!(RxeAtomicWr, compare_add), 8);
 const_assert_eq!(offset_of!(RxeAtomicWr, swap), 16);
 const_assert_eq!(offset_of!(RxeAtomicWr, rkey), 24);
+const_assert_eq!(size_of::<RxeMwWr>(), 32);
+const_assert_eq!(offset_of!(RxeMwWr, length), 8);
+const_assert_eq!(offset_of!(RxeMwWr, mr_lkey), 16);
+const_assert_eq!(offset_of!(RxeMwWr, mw_rkey), 20);
+const_assert_eq!(offset_of!(RxeMwWr, rkey), 24);
+const_assert_eq!(offset_of!(RxeMwWr, access), 28);
 assert_eq_size!(RxeWrUnion, [u8; 120]);
 const_assert_eq!(size_of::<RxeSendWr>(), 144);
 const_assert_eq!(align_of::<RxeSendWr>(), 8);

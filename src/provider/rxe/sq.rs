@@ -12,7 +12,8 @@
 use core::ptr;
 
 use super::layout::{
-    send_flags, wr_opcode, RxeAtomicWr, RxeRdmaWr, RxeSendWqe, SEND_PAYLOAD_OFFSET, SGE_SIZE,
+    send_flags, wr_opcode, RxeAtomicWr, RxeMwWr, RxeRdmaWr, RxeSendWqe, SEND_PAYLOAD_OFFSET,
+    SGE_SIZE,
 };
 use super::{read_at, RxeQueue};
 use crate::error::{Error, PostError, Result};
@@ -268,6 +269,9 @@ impl RxeSendQueue {
             SendOp::Read { .. } => (wr_opcode::RDMA_READ, 0),
             SendOp::CompareSwap { .. } => (wr_opcode::ATOMIC_CMP_AND_SWP, 0),
             SendOp::FetchAdd { .. } => (wr_opcode::ATOMIC_FETCH_AND_ADD, 0),
+            SendOp::BindMw(_) => (wr_opcode::BIND_MW, 0),
+            // The kernel takes the key to invalidate from `ex`.
+            SendOp::LocalInv { rkey } => (wr_opcode::LOCAL_INV, rkey),
         };
         w.wr.opcode = opcode;
         w.wr.ex = ex;
@@ -303,6 +307,16 @@ impl RxeSendQueue {
                     swap: 0,
                     rkey: remote.rkey,
                     reserved: 0,
+                };
+            }
+            SendOp::BindMw(b) => {
+                w.wr.wr.mw = RxeMwWr {
+                    addr: b.addr,
+                    length: b.len,
+                    mr_lkey: b.mr_lkey,
+                    mw_rkey: b.mw_rkey,
+                    rkey: b.new_rkey,
+                    access: b.access,
                 };
             }
             _ => {}
@@ -393,6 +407,8 @@ impl RxeSendQueue {
             wr_opcode::RDMA_READ => WcOpcode::RDMA_READ,
             wr_opcode::ATOMIC_CMP_AND_SWP => WcOpcode::COMP_SWAP,
             wr_opcode::ATOMIC_FETCH_AND_ADD => WcOpcode::FETCH_ADD,
+            wr_opcode::BIND_MW => WcOpcode::BIND_MW,
+            wr_opcode::LOCAL_INV => WcOpcode::LOCAL_INV,
             _ => WcOpcode::SEND,
         };
         match opcode {

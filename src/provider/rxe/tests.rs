@@ -14,7 +14,9 @@ use crate::provider::mlx5::cq::wc_flags;
 use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
 use crate::sync::{AtomicU32, Ordering};
 use crate::testutil::AlignedBuf;
-use crate::wr::{FailedWr, Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use crate::wr::{
+    FailedWr, MwBind, Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
+};
 
 /// Memory standing in for one rxe queue mapping.
 struct Fake {
@@ -166,6 +168,8 @@ fn expected_send(wr: &SendWr<'_>) -> Vec<u8> {
         SendOp::CompareSwap { .. } => (5, 0),
         SendOp::FetchAdd { .. } => (6, 0),
         SendOp::SendInv { rkey } => (9, rkey),
+        SendOp::LocalInv { rkey } => (7, rkey),
+        SendOp::BindMw(_) => (8, 0),
         SendOp::Nop => unreachable!(),
     };
     put32(&mut h, 12, op);
@@ -192,6 +196,15 @@ fn expected_send(wr: &SendWr<'_>) -> Vec<u8> {
             put64(&mut h, 32, add);
             put32(&mut h, 48, remote.rkey);
             put64(&mut h, 152, remote.addr);
+        }
+        // `struct rxe_send_wr`'s `mw` member (rdma_user_rxe.h).
+        SendOp::BindMw(b) => {
+            put64(&mut h, 24, b.addr);
+            put64(&mut h, 32, b.len);
+            put32(&mut h, 40, b.mr_lkey);
+            put32(&mut h, 44, b.mw_rkey);
+            put32(&mut h, 48, b.new_rkey);
+            put32(&mut h, 52, b.access);
         }
         _ => {}
     }
@@ -381,6 +394,25 @@ fn send_wqe_bytes_for_every_opcode() {
         // The INLINE bit and unknown bits in `flags` are not copied: the
         // payload decides INLINE.
         SendWr::new(12, SendOp::Send, &s3[..1], SendFlags(0x108)),
+        SendWr::new(
+            13,
+            SendOp::BindMw(MwBind {
+                addr: 0x7000_1000,
+                len: 0x1_0000_0200,
+                mr_lkey: 0x0000_3a11,
+                mw_rkey: 0x0001_2345,
+                new_rkey: 0x0001_2346,
+                access: 6,
+            }),
+            &[],
+            SendFlags::SIGNALED,
+        ),
+        SendWr::new(
+            14,
+            SendOp::LocalInv { rkey: 0x0001_2346 },
+            &[],
+            SendFlags::FENCE,
+        ),
     ];
     // SAFETY: SGEs are never dereferenced in these tests.
     let p = q.tpost(&wrs).unwrap();
@@ -752,8 +784,14 @@ fn cq_decodes_every_status_opcode_and_flag() {
             "kernel flags {kf:#x}"
         );
     }
+    // BIND_MW and LOCAL_INV completions (memory windows) decode.
+    for op in [5u32, 6] {
+        f.push_cqe(&cqe(7, 0, op, 0, 0, 0, 0));
+        let w = poll1(&mut q).unwrap();
+        assert_eq!((w.wr_id, w.opcode), (7, WcOpcode(op)), "opcode {op}");
+    }
     // Malformed entries: unknown opcodes, contradictory flags.
-    for (op, kf) in [(5, 0), (6, 0), (127, 0), (130, 0), (u32::MAX, 0), (128, 6)] {
+    for (op, kf) in [(7, 0), (8, 0), (127, 0), (130, 0), (u32::MAX, 0), (128, 6)] {
         f.push_cqe(&cqe(1, 0, op, 0, 0, 0, kf));
         assert_eq!(
             poll1(&mut q),

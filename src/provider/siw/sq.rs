@@ -208,7 +208,10 @@ impl SiwSendQueue {
             | SendOp::WriteImm { .. }
             | SendOp::CompareSwap { .. }
             | SendOp::FetchAdd { .. }
-            | SendOp::Nop => return Err(Error::Unsupported),
+            | SendOp::Nop
+            // siw has no memory windows (reference §C.2).
+            | SendOp::BindMw(_)
+            | SendOp::LocalInv { .. } => return Err(Error::Unsupported),
         };
         let shape = crate::wr::validate_send(wr, &self.caps)?;
         let mut flags = wqe_flags::VALID;
