@@ -17,8 +17,12 @@
 #              async events; tests/uverbs_raw.rs: raw uverbs CQs and QPs;
 #              tests/direct_paths.rs: our own rxe/siw rings (wrap-around,
 #              talking to libibverbs' provider, a destroyed peer, a random
-#              workload, doorbells per batch); ffi-tests/test_verbs.c: the
-#              C object API on rxe and siw, plain and under ASan+UBSan
+#              workload, doorbells per batch); tests/credit_verbs.rs:
+#              credit-based flow control on rxe (a slow receiver: RNR
+#              retry-exceeded errors without it, no RNR NAK and every
+#              message in order with CreditQp) and its typed Unsupported on
+#              siw; ffi-tests/test_verbs.c: the C object API on rxe and siw,
+#              plain and under ASan+UBSan
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process (scripts/vm-interop.sh)
 #   (the verbs and interop stages run twice: on rdma-direct's own rxe/siw

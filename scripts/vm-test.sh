@@ -35,9 +35,9 @@ cc $CFLAGS_V -o "$T/ffi-verbs/test_verbs" ffi-tests/test_verbs.c $LIBS_V
 cc $CFLAGS_V -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all \
   -static-libasan -static-libubsan -o "$T/ffi-verbs/test_verbs_asan" ffi-tests/test_verbs.c $LIBS_V
 # Every real-device test binary: the verbs backend, the raw uverbs layer,
-# and the direct rxe/siw data paths.
+# the direct rxe/siw data paths, and credit-based flow control.
 TESTBIN=""
-for t in verbs_device uverbs_raw direct_paths; do
+for t in verbs_device uverbs_raw direct_paths credit_verbs; do
   bin=$(cargo test --release --features verbs --test "$t" --no-run 2>&1 |
     sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -n 1)
   if [ -z "$bin" ] || [ ! -x "$bin" ]; then
