@@ -339,11 +339,13 @@ fn slow_receiver_without_flow_control_gets_rnr_errors_on_rxe() {
     if let (Some(before), Some(after)) = (before, rnr_counters(&name)) {
         let d = after.since(before);
         eprintln!("{name}: kernel RNR counters moved by {d:?}");
+        // rxe's responder-side count (`send_rnr_err`) does not move on
+        // every RNR NAK it sends (seen once in the VM suite: 0 sent, 1
+        // received), so only the requester's counts are required.
         assert!(
-            d.naks_sent >= 1,
-            "{name}: the responder sent RNR NAKs: {d:?}"
+            d.naks_received >= 1,
+            "{name}: the requester received RNR NAKs: {d:?}"
         );
-        assert!(d.naks_received >= 1, "{name}: {d:?}");
         assert!(d.retries_exceeded >= 1, "{name}: {d:?}");
     }
 }
