@@ -31,6 +31,7 @@
 
 pub mod cm;
 pub(crate) mod direct;
+mod layout_check;
 pub mod mlx5;
 pub mod oob;
 pub mod path;
