@@ -637,6 +637,61 @@ fn unsignaled_runs_never_wedge_the_queue() {
             "{name}"
         );
         quiet(&mut p.cq_a, &mut p.a);
+
+        // The same with a refused WR closing every call: the unsignaled run
+        // of the WRs that were posted must still be counted (on the direct
+        // path the ring's encoder refuses it after the run was recorded).
+        let too_many = [src.sge(0, 8), src.sge(8, 8), src.sge(16, 8)];
+        let write = |id, sges, flags| {
+            SendWr::new(
+                id,
+                SendOp::Write {
+                    remote: dst.remote(0),
+                },
+                sges,
+                flags,
+            )
+        };
+        let mut posted = 0u64;
+        while posted < total {
+            let wrs = [
+                write(posted, &sge[..], SendFlags::NONE),
+                write(posted + 1, &sge[..], SendFlags::NONE),
+                write(posted + 2, &sge[..], SendFlags::NONE),
+                write(posted + 3, &too_many[..], SendFlags::NONE),
+            ];
+            let e = p.a.post_send(&wrs).unwrap_err();
+            match e.error {
+                Error::TooManySges => {
+                    assert_eq!(e.index, 3, "{name}");
+                    posted += 3;
+                }
+                Error::SqFull => {
+                    posted += e.index as u64;
+                    assert_eq!(p.cq_a.poll(&mut p.a, &mut out).unwrap(), 0, "{name}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert!(
+                t0.elapsed() < 2 * WAIT,
+                "{name}: queue wedged after {posted} of {total} (refused WRs)"
+            );
+        }
+        let last = write(8888, &sge[..], SendFlags::SIGNALED);
+        loop {
+            match p.a.post_send(&[last]) {
+                Ok(()) => break,
+                Err(_) => assert_eq!(p.cq_a.poll(&mut p.a, &mut out).unwrap(), 0),
+            }
+            assert!(t0.elapsed() < 2 * WAIT, "{name}: no room for the last WR");
+        }
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status),
+            (8888, WcStatus::SUCCESS),
+            "{name}"
+        );
+        quiet(&mut p.cq_a, &mut p.a);
     }
 }
 

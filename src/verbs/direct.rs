@@ -182,11 +182,15 @@ impl PortableQp for DirectQp {
             // Acquire: pairs with the poller's Release of sq_done, so the
             // slots it has read are free to overwrite.
             let retired = t.sq_done.load(Ordering::Acquire);
+            let unsignaled_before = self.unsignaled;
             let mut n = 0usize;
             let mut refused = None;
             while done + n < wrs.len() && n < BATCH {
                 let wr = &wrs[done + n];
-                let check = t.check_send(wr, &self.caps, self.atomics, base + n as u64 - retired);
+                // The ring's encoder validates each WR (typed errors, before
+                // writing anything), so only what it cannot know is checked
+                // here; a WR it refuses comes back from `post` below.
+                let check = t.check_send_unvalidated(wr, self.atomics, base + n as u64 - retired);
                 if let Err(e) = check {
                     refused = Some(e);
                     break;
@@ -236,7 +240,17 @@ impl PortableQp for DirectQp {
                         // their sequence numbers are handed back (no
                         // completion can name them).
                         t.sq_posted.store(base + e.index as u64, Ordering::Release);
-                        self.unsignaled = 0;
+                        // The unsignaled run as it stood after the last
+                        // published WR (`record_send` counted the refused
+                        // ones too): replayed from the flags handed to the
+                        // ring, forced signals included.
+                        self.unsignaled = buf[..e.index].iter().fold(unsignaled_before, |u, w| {
+                            if w.flags.contains(SendFlags::SIGNALED) {
+                                0
+                            } else {
+                                u + 1
+                            }
+                        });
                         let rung = if self.sq.take_doorbell() {
                             self.ring()
                         } else {

@@ -254,6 +254,18 @@ impl QpTrack {
         queued: u64,
     ) -> Result<()> {
         validate_send(wr, caps)?;
+        self.check_send_unvalidated(wr, atomics, queued)
+    }
+
+    /// [`QpTrack::check_send`] without the crate's WR validation, for
+    /// data paths whose encoder validates every WR itself before writing
+    /// anything (the direct rxe/siw rings): atomics, flags and room only.
+    pub(crate) fn check_send_unvalidated(
+        &self,
+        wr: &SendWr<'_>,
+        atomics: bool,
+        queued: u64,
+    ) -> Result<()> {
         if wr.op.is_atomic() && !atomics {
             return Err(Error::Unsupported);
         }
