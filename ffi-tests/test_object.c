@@ -974,7 +974,7 @@ static void test_create_and_connect_errors(void)
     CHECK_EQ(rdd_cq_create(e.dev, 1u << 20, &cq), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK(cq == (rdd_cq *)(uintptr_t)1);
 
-    CHECK_EQ(rdd_mr_reg(e.pd, 64, 0x10, &mr), RDD_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(rdd_mr_reg(e.pd, 64, 0x20, &mr), RDD_STATUS_INVALID_ARGUMENT);
     CHECK_EQ(rdd_mr_reg(e.pd, 64, RDD_ACCESS_REMOTE_WRITE, &mr), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_mr_reg(e.pd, 64, RDD_ACCESS_REMOTE_ATOMIC, &mr), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_mr_reg(e.pd, (size_t)RDD_MR_MAX_LEN + 1, 0, &mr), RDD_STATUS_INVALID_ARGUMENT);

@@ -6,7 +6,8 @@
  * provider): SEND with inline data into a posted receive, RDMA WRITE,
  * READ and FETCH_ADD with the memory checked, an event-mode wait, a chain
  * of 64 WRITEs, a bad rkey reported by rdd_qp_failed_wr, and one-call
- * recovery of both QPs. siw: the device opens, and rdd_qp_connect says
+ * recovery of both QPs, and a memory window exposed through
+ * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
  * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet).
  * Without RXE_DEV/SIW_DEV (a host without RDMA) it prints NOT RUN, unless
  * IN_RDMA_VM=1, where that is a failure.
@@ -98,6 +99,68 @@ static void close_side(struct side *s)
     CHECK_EQ(rdd_qp_destroy(s->qp), RDD_STATUS_OK);
     CHECK_EQ(rdd_cq_destroy(s->cq), RDD_STATUS_OK);
     CHECK_EQ(rdd_mr_free(s->mr), RDD_STATUS_OK);
+}
+
+/* A type-2 memory window from C (rxe has them): b exposes 1 KiB of a
+ * region of its own, read-only, to a through a window bound on b's QP;
+ * a READs through it; LOCAL_INV revokes it (a's READ then fails with a
+ * remote access error and reads nothing); an exposure holds its region. */
+static void test_rxe_window(rdd_pd *pd, struct side *a, struct side *b)
+{
+    rdd_mr *owned;
+    rdd_exposure *e;
+    rdd_exposure_info info;
+    rdd_wr w;
+    rdd_sge g;
+    rdd_wc wc;
+    void *p;
+    uint8_t *ob;
+    size_t bad = 0;
+    int posted = -1, i;
+
+    MUST(rdd_mr_reg(pd, BUF, RDD_ACCESS_LOCAL_WRITE | RDD_ACCESS_MW_BIND, &owned));
+    MUST(rdd_mr_addr(owned, &p));
+    ob = (uint8_t *)p;
+    for (i = 0; i < (int)BUF; i++) {
+        ob[i] = (uint8_t)(i * 3 + 1);
+    }
+    MUST(rdd_mr_expose_to(owned, b->qp, 900, RDD_SEND_SIGNALED, 1024, 1024, RDD_REMOTE_READ, &e));
+    MUST(rdd_exposure_get_info(e, &info));
+    CHECK_EQ(info.is_window, 1);
+    wc = wait_one(b);
+    CHECK_EQ(wc.wr_id, 900);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_EQ(wc.opcode, 5); /* IBV_WC_BIND_MW */
+    CHECK_EQ(rdd_mr_free(owned), RDD_STATUS_RESOURCE_BUSY);
+
+    memset(a->buf, 0, 256);
+    g = sge(a, 0, 256);
+    w = wr(901, RDD_WR_RDMA_READ, RDD_SEND_SIGNALED, &g, 1);
+    w.remote_addr = info.addr;
+    w.rkey = info.rkey;
+    MUST(rdd_qp_post_send(a->qp, &w, 1, &bad));
+    wc = wait_one(a);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_BYTES(a->buf, ob + 1024, 256);
+
+    MUST(rdd_exposure_invalidate(e, b->qp, 902, RDD_SEND_SIGNALED, &posted));
+    CHECK_EQ(posted, 1);
+    wc = wait_one(b);
+    CHECK_EQ(wc.wr_id, 902);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_EQ(wc.opcode, 6); /* IBV_WC_LOCAL_INV */
+
+    memset(a->buf, 0, 256);
+    w.wr_id = 903;
+    MUST(rdd_qp_post_send(a->qp, &w, 1, &bad));
+    wc = wait_one(a);
+    CHECK_EQ(wc.wr_id, 903);
+    CHECK_EQ(wc.status, RDD_WC_REM_ACCESS_ERR);
+    for (i = 0; i < 256; i++) {
+        CHECK_EQ(a->buf[i], 0);
+    }
+    CHECK_EQ(rdd_exposure_free(e), RDD_STATUS_OK);
+    CHECK_EQ(rdd_mr_free(owned), RDD_STATUS_OK);
 }
 
 static void test_rxe(const char *name)
@@ -224,6 +287,8 @@ static void test_rxe(const char *name)
     wc = wait_one(&a);
     CHECK_EQ(wc.status, RDD_WC_SUCCESS);
     CHECK_EQ(b.buf[0], 0x5a);
+
+    test_rxe_window(pd, &a, &b);
 
     close_side(&a);
     close_side(&b);

@@ -290,6 +290,26 @@
 #define RDD_WC_FLAG_WITH_INV 8
 
 /**
+ * Rights of an exposure: RDMA READ only.
+ */
+#define RDD_REMOTE_READ 1
+
+/**
+ * Rights of an exposure: RDMA WRITE only.
+ */
+#define RDD_REMOTE_WRITE 2
+
+/**
+ * Rights of an exposure: RDMA READ and WRITE.
+ */
+#define RDD_REMOTE_READ_WRITE 3
+
+/**
+ * Rights of an exposure: atomics (and READ).
+ */
+#define RDD_REMOTE_ATOMIC 4
+
+/**
  * `rdd_mr_reg` access bit: the device may write the region for local work
  * (receives, READ and atomic results). Numbered as `IBV_ACCESS_*`.
  */
@@ -311,6 +331,13 @@
  * (an MR with it needs `RDD_ACCESS_LOCAL_WRITE` too).
  */
 #define RDD_ACCESS_REMOTE_ATOMIC 8
+
+/**
+ * `rdd_mr_reg` access bit (regions only): memory windows may be bound to
+ * the region, for `rdd_mr_expose_to`. Grants nothing by itself; devices
+ * without windows ignore it.
+ */
+#define RDD_ACCESS_MW_BIND 16
 
 /**
  * `rdd_qp_init.flags`: every send WR requests a completion (as if
@@ -575,6 +602,12 @@ typedef struct rdd_cq rdd_cq;
  * `rdd_device_close`.
  */
 typedef struct rdd_device rdd_device;
+
+/**
+ * A range of a region exposed to one peer (opaque handle):
+ * `rdd_mr_expose` / `rdd_mr_expose_to`, `rdd_exposure_free`.
+ */
+typedef struct rdd_exposure rdd_exposure;
 
 /**
  * A registered memory region with a library-owned buffer (opaque handle):
@@ -927,6 +960,40 @@ typedef struct rdd_wc {
      */
     uint8_t reserved;
 } rdd_wc;
+
+/**
+ * What `rdd_exposure_get_info` reports.
+ */
+typedef struct rdd_exposure_info {
+    /**
+     * The peer's address of the first exposed byte.
+     */
+    uint64_t addr;
+    /**
+     * Exposed bytes.
+     */
+    uint64_t len;
+    /**
+     * The key to give the peer (stale once revoked or invalidated).
+     */
+    uint32_t rkey;
+    /**
+     * 1 for a type-2 memory window, 0 for a registration of its own.
+     */
+    uint8_t is_window;
+    /**
+     * 1 once revoked, or (a window) invalidated and not bound again.
+     */
+    uint8_t revoked;
+    /**
+     * `RDD_REMOTE_*`.
+     */
+    uint8_t rights;
+    /**
+     * Zero.
+     */
+    uint8_t reserved;
+} rdd_exposure_info;
 
 /**
  * Software-device configuration for `rdd_device_open_soft` (NULL there
@@ -1567,6 +1634,94 @@ rdd_status rdd_mlx5_cq_arm(struct rdd_mlx5_cq_storage *cq,
  * As for `rdd_mlx5_cq_fini`.
  */
 rdd_status rdd_mlx5_cq_event_consumed(struct rdd_mlx5_cq_storage *cq);
+
+/**
+ * Exposes `len` bytes at `offset` of `mr` with only `rights`
+ * (`RDD_REMOTE_*`) under a registration of its own (every device).
+ *
+ * Errors: `INVALID_ARGUMENT` (empty range, outside the region, unknown
+ * rights), the device's registration errors.
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_mr_expose(struct rdd_mr *mr,
+                         size_t offset,
+                         size_t len,
+                         uint32_t rights,
+                         struct rdd_exposure **out);
+
+/**
+ * Exposes `len` bytes at `offset` of `mr` with only `rights` to the peer
+ * of `qp` only, through a type-2 memory window bound on `qp` (one BIND_MW
+ * work request with `wr_id` and `send_flags`; its completion, opcode
+ * `IBV_WC_BIND_MW` = 5, comes if `RDD_SEND_SIGNALED` asks). Falls back to
+ * `rdd_mr_expose` (nothing posted) where windows cannot be used; see the
+ * module rules. Hand out the key once the bind has completed.
+ *
+ * Errors: as `rdd_mr_expose`; `INVALID_ARGUMENT` for a QP of another PD;
+ * `INVALID_FLAGS`; the post's errors (the window is released again).
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_mr_expose_to(struct rdd_mr *mr,
+                            struct rdd_qp *qp,
+                            uint64_t wr_id,
+                            uint32_t send_flags,
+                            size_t offset,
+                            size_t len,
+                            uint32_t rights,
+                            struct rdd_exposure **out);
+
+/**
+ * What the exposure is now: address, length and key for the peer,
+ * whether it is a window, whether it is revoked.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_exposure_info`.
+ */
+rdd_status rdd_exposure_get_info(const struct rdd_exposure *e,
+                                 struct rdd_exposure_info *out);
+
+/**
+ * The fast revocation of a window: posts LOCAL_INV for its key on `qp`
+ * (the QP it was bound on) with `wr_id` and `send_flags`, and sets
+ * `*out_posted` to 1. A registration is revoked at once instead
+ * (`*out_posted` = 0, no completion will come); an already revoked or
+ * invalidated exposure: 0, nothing done. If the WR does not execute (the
+ * QP went to ERROR), the key stays bound: `rdd_exposure_revoke` then.
+ *
+ * # Safety
+ * `out_posted` is valid for a write of one `int`.
+ */
+rdd_status rdd_exposure_invalidate(struct rdd_exposure *e,
+                                   struct rdd_qp *qp,
+                                   uint64_t wr_id,
+                                   uint32_t send_flags,
+                                   int32_t *out_posted);
+
+/**
+ * Binds an invalidated window again, to the same range and rights, under
+ * a fresh key (one BIND_MW on `qp`). `UNSUPPORTED` for a registration,
+ * `RESOURCE_BUSY` while bound, `INVALID_ARGUMENT` once revoked.
+ */
+rdd_status rdd_exposure_rebind(struct rdd_exposure *e,
+                               struct rdd_qp *qp,
+                               uint64_t wr_id,
+                               uint32_t send_flags);
+
+/**
+ * Revokes at once (deregistration or window deallocation; no WR, no
+ * completion). The handle stays valid (its info says revoked) until
+ * `rdd_exposure_free`. Idempotent.
+ */
+rdd_status rdd_exposure_revoke(struct rdd_exposure *e);
+
+/**
+ * Revokes what is left and frees the handle.
+ */
+rdd_status rdd_exposure_free(struct rdd_exposure *e);
 
 /**
  * Opens a new software device (the in-process HCA) in step mode: work

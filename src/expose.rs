@@ -55,7 +55,7 @@ pub enum RemoteAccess {
 impl RemoteAccess {
     /// The registration flags: the remote bits asked for, plus the local
     /// write the device needs to execute remote writes and atomics.
-    fn flags(self) -> Access {
+    pub(crate) fn flags(self) -> Access {
         match self {
             RemoteAccess::Read => Access::REMOTE_READ,
             RemoteAccess::Write => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
@@ -69,15 +69,46 @@ impl RemoteAccess {
     }
 
     /// The rights a window grants: the remote bits only.
-    fn window_bits(self) -> u32 {
+    pub(crate) fn window_bits(self) -> u32 {
         self.flags().0 & !Access::LOCAL_WRITE.0
     }
 
     /// True if the peer may change the memory (the region then needs
     /// local write, IBA C10-74).
-    fn writes(self) -> bool {
+    pub(crate) fn writes(self) -> bool {
         !matches!(self, RemoteAccess::Read)
     }
+}
+
+/// True if a window granting `access` may be bound to a region
+/// registered with `mr_access` (IBA C10-73, C10-74): the region allows
+/// binding, and local write when the window lets the peer write.
+pub(crate) fn window_fits(mr_access: Access, access: RemoteAccess) -> bool {
+    mr_access.contains(Access::MW_BIND)
+        && (!access.writes() || mr_access.contains(Access::LOCAL_WRITE))
+}
+
+/// The BIND_MW operation that binds window `mw_rkey` to `len` bytes at
+/// `addr` of the region with local key `mr_lkey`, granting `access`, and
+/// the window's key after it: a fresh low byte (the upper 24 bits name
+/// the window).
+pub(crate) fn bind_op(
+    addr: u64,
+    len: u64,
+    mr_lkey: u32,
+    mw_rkey: u32,
+    access: RemoteAccess,
+) -> (SendOp, u32) {
+    let new_rkey = (mw_rkey & !0xff) | (mw_rkey.wrapping_add(1) & 0xff);
+    let bind = MwBind {
+        addr,
+        len,
+        mr_lkey,
+        mw_rkey,
+        new_rkey,
+        access: access.window_bits(),
+    };
+    (SendOp::BindMw(bind), new_rkey)
 }
 
 /// How an exposure's key was made.
@@ -166,8 +197,7 @@ impl<B: Backend> Mr<B> {
         if !self.same_pd(qp) {
             return Err(Error::InvalidAttribute);
         }
-        let a = self.access();
-        if !a.contains(Access::MW_BIND) || (access.writes() && !a.contains(Access::LOCAL_WRITE)) {
+        if !window_fits(self.access(), access) {
             return self.expose(offset, len, access);
         }
         let rkey = match self.alloc_window() {
@@ -286,17 +316,14 @@ impl<B: Backend> Exposure<'_, B> {
         if !self.mr.same_pd(qp) {
             return Err(Error::InvalidAttribute);
         }
-        // A fresh low byte: the upper 24 bits name the window.
-        let new_rkey = (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff);
-        let bind = MwBind {
-            addr: self.mr.addr() + self.offset as u64,
-            len: self.len as u64,
-            mr_lkey: self.mr.lkey(),
-            mw_rkey: rkey,
-            new_rkey,
-            access: self.access.window_bits(),
-        };
-        qp.post_send_one(&SendWr::new(wr_id, SendOp::BindMw(bind), &[], flags))?;
+        let (op, new_rkey) = bind_op(
+            self.mr.addr() + self.offset as u64,
+            self.len as u64,
+            self.mr.lkey(),
+            rkey,
+            self.access,
+        );
+        qp.post_send_one(&SendWr::new(wr_id, op, &[], flags))?;
         self.key = Key::Window {
             rkey: new_rkey,
             bound: true,

@@ -59,10 +59,14 @@ pub mod mlx5;
 // The object level (library-owned device, PD, MR, CQ and QP objects behind
 // validated handles) needs the software device and so `std`.
 #[cfg(feature = "soft")]
+pub mod expose;
+#[cfg(feature = "soft")]
 pub mod object;
 #[cfg(feature = "soft")]
 pub mod pool;
 
+#[cfg(feature = "soft")]
+pub use expose::*;
 pub use mlx5::*;
 #[cfg(feature = "soft")]
 pub use object::*;

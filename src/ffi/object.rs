@@ -117,11 +117,16 @@ pub const RDD_ACCESS_REMOTE_READ: u32 = 0x4;
 /// `rdd_mr_reg` / `rdd_connect_attr` access bit: peers may run atomics
 /// (an MR with it needs `RDD_ACCESS_LOCAL_WRITE` too).
 pub const RDD_ACCESS_REMOTE_ATOMIC: u32 = 0x8;
+/// `rdd_mr_reg` access bit (regions only): memory windows may be bound to
+/// the region, for `rdd_mr_expose_to`. Grants nothing by itself; devices
+/// without windows ignore it.
+pub const RDD_ACCESS_MW_BIND: u32 = 0x10;
 
 const_assert_eq!(RDD_ACCESS_LOCAL_WRITE, Access::LOCAL_WRITE.0);
 const_assert_eq!(RDD_ACCESS_REMOTE_WRITE, Access::REMOTE_WRITE.0);
 const_assert_eq!(RDD_ACCESS_REMOTE_READ, Access::REMOTE_READ.0);
 const_assert_eq!(RDD_ACCESS_REMOTE_ATOMIC, Access::REMOTE_ATOMIC.0);
+const_assert_eq!(RDD_ACCESS_MW_BIND, Access::MW_BIND.0);
 const_assert_eq!(
     RDD_ACCESS_LOCAL_WRITE
         | RDD_ACCESS_REMOTE_WRITE
@@ -222,6 +227,8 @@ const KIND_CQ: u8 = 4;
 const KIND_QP: u8 = 5;
 /// The buffer pool (`ffi::pool`).
 pub(super) const KIND_POOL: u8 = 6;
+/// An exposure (`ffi::expose`).
+pub(super) const KIND_EXPOSURE: u8 = 7;
 
 const INDEX_SHIFT: u32 = 8;
 const INDEX_BITS: u32 = 20;
@@ -588,12 +595,23 @@ unsafe impl Send for MrBuf {}
 // SAFETY: as above; `&MrBuf` exposes no bytes.
 unsafe impl Sync for MrBuf {}
 
-struct MrObj {
-    backend: Arc<dyn Backend>,
-    keys: MrKeys,
-    len: usize,
+pub(super) struct MrObj {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) pd: u32,
+    pub(super) keys: MrKeys,
+    pub(super) access: Access,
+    pub(super) len: usize,
     buf: MrBuf,
-    _pd_link: Arc<()>,
+    /// Cloned by every exposure of the region (`ffi::expose`).
+    pub(super) link: Arc<()>,
+    pub(super) pd_link: Arc<()>,
+}
+
+impl MrObj {
+    /// The buffer's address.
+    pub(super) fn addr(&self) -> u64 {
+        self.buf.ptr.as_ptr() as u64
+    }
 }
 
 impl Drop for MrObj {
@@ -1073,7 +1091,10 @@ pub unsafe extern "C" fn rdd_mr_reg(
     ffi_boundary!({
         non_null!(out);
         let p = try_status!(shared::<PdObj>(h(pd)));
-        let access = try_status!(access_from(access));
+        if access & !Access::MR_ALL.0 != 0 {
+            return rdd_status::InvalidArgument;
+        }
+        let access = Access(access);
         if len > RDD_MR_MAX_LEN {
             return rdd_status::InvalidArgument;
         }
@@ -1091,10 +1112,13 @@ pub unsafe extern "C" fn rdd_mr_reg(
         };
         let obj = Box::new(MrObj {
             backend: Arc::clone(&p.backend),
+            pd: p.pd,
             keys,
+            access,
             len,
             buf,
-            _pd_link: Arc::clone(&p.link),
+            link: Arc::new(()),
+            pd_link: Arc::clone(&p.link),
         });
         let handle = try_status!(insert(obj));
         // SAFETY: non-NULL (checked), writable (caller contract).
@@ -1111,6 +1135,10 @@ pub unsafe extern "C" fn rdd_mr_reg(
 pub extern "C" fn rdd_mr_free(mr: *mut rdd_mr) -> rdd_status {
     ffi_boundary!({
         let m = try_status!(excl::<MrObj>(h(mr)));
+        // Exposures hold the region (free them first).
+        if Arc::strong_count(&m.link) != 1 {
+            return rdd_status::ResourceBusy;
+        }
         m.destroy();
         rdd_status::Ok
     })
@@ -2370,6 +2398,39 @@ const PORTABLE_CHUNK: usize = 16;
 ///
 /// # Safety
 /// As `rdd_qp_post_send` for `wrs[0..n]` (checked non-NULL and aligned).
+/// Posts one WR the library built (the memory-window operations of
+/// `ffi::expose`) on QP handle `qp`, which must be in the protection
+/// domain `pd_link` names: with the same CQ headroom check as
+/// `rdd_qp_post_send`. The mlx5 core has no window WQEs: `UNSUPPORTED`.
+pub(super) fn post_library_wr(
+    qp: usize,
+    pd_link: &Arc<()>,
+    wr: &crate::wr::SendWr<'_>,
+) -> Result<(), rdd_status> {
+    let mut q = excl::<QpObj>(qp)?;
+    if !Arc::ptr_eq(&q._pd_link, pd_link) {
+        return Err(rdd_status::InvalidArgument);
+    }
+    let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
+    let want = u64::from(wr.flags.contains(crate::wr::SendFlags::SIGNALED));
+    let reserved = meter.as_ref().map_or(0, |b| b.headroom.reserve(want));
+    if meter.is_some() && reserved < want {
+        return Err(rdd_status::CqFull);
+    }
+    let r = match q.q.get_mut() {
+        QpImpl::Portable(p) => p
+            .post_send(core::slice::from_ref(wr))
+            .map_err(|e| rdd_status::from(e.error)),
+        QpImpl::Mlx5(_) => Err(rdd_status::Unsupported),
+    };
+    if r.is_ok() {
+        q.doorbells += 1;
+    } else if let Some(b) = &meter {
+        b.headroom.unreserve(reserved);
+    }
+    r
+}
+
 unsafe fn post_send_portable(
     p: &mut dyn crate::api::PortableQp,
     wrs: *const rdd_wr,
