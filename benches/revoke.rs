@@ -202,17 +202,20 @@ fn run(a: &Args) -> Result<(), String> {
                 .map_err(err("expose"))?;
             e.revoke().map_err(err("revoke"))
         })?;
-        id += 1;
-        let mut e: Exposure<'_, Dev> = mr
-            .expose_to(
-                &mut qb,
+        // A window over the whole exposed range, bound on QP b (signaled).
+        let window_on = |qb: &mut Qp<Dev>, id: u64| -> Result<Exposure<'_, Dev>, String> {
+            mr.expose_to(
+                qb,
                 id,
                 SendFlags::SIGNALED,
                 0,
                 size,
                 RemoteAccess::ReadWrite,
             )
-            .map_err(err("expose_to"))?;
+            .map_err(err("expose_to"))
+        };
+        id += 1;
+        let mut e = window_on(&mut qb, id)?;
         if !e.is_window() {
             return Err("expose_to did not make a window".into());
         }
@@ -230,16 +233,7 @@ fn run(a: &Args) -> Result<(), String> {
         drop(e);
         let fresh = median(a.reps, a.iters, || {
             id += 1;
-            let mut e = mr
-                .expose_to(
-                    &mut qb,
-                    id,
-                    SendFlags::SIGNALED,
-                    0,
-                    size,
-                    RemoteAccess::ReadWrite,
-                )
-                .map_err(err("expose_to"))?;
+            let mut e = window_on(&mut qb, id)?;
             done(&mut cq_b, &mut qb, id)?;
             e.revoke().map_err(err("revoke"))
         })?;

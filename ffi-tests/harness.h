@@ -69,6 +69,18 @@ static inline void h_check_bytes(const char *file, int line, const char *what, c
 }
 
 /* Prints the closing line CI reads and returns the exit status. */
+/* Setup steps that must succeed for the rest of a test to make sense:
+ * stops the test at once, with the status, when one fails. */
+#define MUST(x)                                                                          \
+    do {                                                                                 \
+        rdd_status must_s_ = (x);                                                        \
+        if (must_s_ != RDD_STATUS_OK) {                                                  \
+            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,       \
+                    (unsigned)must_s_);                                                  \
+            abort();                                                                     \
+        }                                                                                \
+    } while (0)
+
 static inline int h_finish(const char *name)
 {
     printf("%s: %u passed, %u failed\n", name, h_passed, h_failed);

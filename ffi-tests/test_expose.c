@@ -15,16 +15,6 @@
 _Static_assert(sizeof(rdd_exposure_info) == 24, "rdd_exposure_info");
 _Static_assert(offsetof(rdd_exposure_info, rkey) == 16, "rdd_exposure_info");
 
-#define MUST(x)                                                                          \
-    do {                                                                                 \
-        rdd_status must_s_ = (x);                                                        \
-        if (must_s_ != RDD_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,        \
-                    (unsigned)must_s_);                                                  \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
-
 /* One RDMA READ (into `local`) or WRITE (from it) of 64 bytes against
  * `addr`/`rkey` on a fresh connected QP pair (a failed access moves a QP to
  * ERROR); returns the completion status. The QPs allow everything: only

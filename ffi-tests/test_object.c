@@ -24,17 +24,6 @@ _Static_assert(offsetof(rdd_qp_info, gid) == 12 && offsetof(rdd_qp_info, mtu) ==
 #define BUF_LEN 4096u
 #define ALL_REMOTE (RDD_ACCESS_REMOTE_WRITE | RDD_ACCESS_REMOTE_READ | RDD_ACCESS_REMOTE_ATOMIC)
 
-/* Setup steps that must succeed for the rest of a test to make sense. */
-#define MUST(x)                                                                          \
-    do {                                                                                 \
-        rdd_status must_s_ = (x);                                                        \
-        if (must_s_ != RDD_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,        \
-                    (unsigned)must_s_);                                                  \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
-
 /* ---- environment: one device, one PD, two connected QPs ------------------ */
 
 struct env {

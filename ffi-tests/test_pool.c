@@ -20,16 +20,6 @@ _Static_assert(sizeof(rdd_pool_usage) == 48, "rdd_pool_usage");
 _Static_assert(sizeof(rdd_pool_class_usage) == 40, "rdd_pool_class_usage");
 _Static_assert(offsetof(rdd_buf, token) == 8 && offsetof(rdd_buf, lkey) == 24, "rdd_buf");
 
-#define MUST(x)                                                                          \
-    do {                                                                                 \
-        rdd_status must_s_ = (x);                                                        \
-        if (must_s_ != RDD_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,        \
-                    (unsigned)must_s_);                                                  \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
-
 static rdd_pool_config cfg_each(uint32_t n, uint32_t min, uint32_t max)
 {
     rdd_pool_config c;

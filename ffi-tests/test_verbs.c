@@ -19,16 +19,6 @@
 
 #include "harness.h"
 
-#define MUST(x)                                                                          \
-    do {                                                                                 \
-        rdd_status must_s_ = (x);                                                        \
-        if (must_s_ != RDD_STATUS_OK) {                                                  \
-            fprintf(stderr, "%s:%d: %s failed with %u\n", __FILE__, __LINE__, #x,        \
-                    (unsigned)must_s_);                                                  \
-            abort();                                                                     \
-        }                                                                                \
-    } while (0)
-
 #define BUF 4096u
 #define ALL_REMOTE (RDD_ACCESS_REMOTE_WRITE | RDD_ACCESS_REMOTE_READ | RDD_ACCESS_REMOTE_ATOMIC)
 

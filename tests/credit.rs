@@ -22,6 +22,9 @@ use rdma_direct::credit::{CreditConfig, CreditImm, CreditInfo, CreditQp};
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
+#[path = "support/slow_receiver.rs"]
+mod slow_receiver;
+
 type Dev = Device<SoftDevice>;
 
 /// Counts allocations per thread, to prove the data path makes none.
@@ -182,7 +185,7 @@ fn slow_receiver_without_flow_control_gets_rnr_errors() {
         min_rnr_timer: 1,
         ..ConnectAttr::default()
     };
-    let (dev, pd, (mut a, mut cqa), (mut b, mut cqb)) = connected(dev_cfg, attr);
+    let (dev, pd, (mut a, mut cqa), (mut b, cqb)) = connected(dev_cfg, attr);
     dev.backend().start();
     let src = pd.register(MSG_MAX, Access::NONE).unwrap();
     let dst = pd
@@ -203,36 +206,7 @@ fn slow_receiver_without_flow_control_gets_rnr_errors() {
     // The slow receiver: every PERIOD, takes what arrived and re-posts at
     // most BATCH buffers. (Payloads are not checked here: this run is
     // about the RNR NAKs.)
-    let receiver = {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            let mut wc = [Wc::default(); 64];
-            let mut consumed: Vec<u64> = Vec::new();
-            let mut delivered = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                thread::sleep(PERIOD);
-                let n = cqb.poll(&mut b, &mut wc).unwrap();
-                for w in &wc[..n] {
-                    if w.status == WcStatus::SUCCESS {
-                        delivered += 1;
-                        consumed.push(w.wr_id);
-                    }
-                }
-                if b.state() == QpState::Error {
-                    continue;
-                }
-                let k = consumed.len().min(BATCH);
-                for slot in consumed.drain(..k) {
-                    b.post_recv(&[RecvWr {
-                        wr_id: slot,
-                        sges: &[sge(slot)],
-                    }])
-                    .unwrap();
-                }
-            }
-            delivered
-        })
-    };
+    let receiver = slow_receiver::spawn(b, cqb, sge, BATCH, PERIOD, Arc::clone(&stop));
     // The fast sender: every SEND signaled, as many as the SQ holds.
     let mut posted = 0u64;
     let mut completed = 0u64;
@@ -265,8 +239,12 @@ fn slow_receiver_without_flow_control_gets_rnr_errors() {
         assert!(Instant::now() < deadline, "sender stuck");
     }
     stop.store(true, Ordering::Relaxed);
-    let delivered = receiver.join().unwrap();
+    let got = receiver.join().unwrap();
+    let delivered = got.delivered;
     drop(dst);
+    // The responder only refused: its receives all succeeded, its QP is
+    // fine.
+    assert_eq!((got.failed, got.state), (0, QpState::Rts));
     assert!(
         rnr >= 1,
         "a slow receiver without flow control must cause RNR errors"

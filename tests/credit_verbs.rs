@@ -37,6 +37,8 @@ use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 mod common;
 use common::*;
+#[path = "support/slow_receiver.rs"]
+mod slow_receiver;
 
 /// Messages in the slow-receiver workload: many times the receive window.
 const STREAM: u64 = 2000;
@@ -212,7 +214,7 @@ fn slow_receiver_without_flow_control_gets_rnr_errors_on_rxe() {
         return;
     };
     let _serial = rxe_lock();
-    let (_dev, pd, (mut a, mut cq_a), (mut b, mut cq_b), _conns) = connected(&name, ip);
+    let (_dev, pd, (mut a, mut cq_a), (mut b, cq_b), _conns) = connected(&name, ip);
     let before = rnr_counters(&name);
     let src = pd.register(MSG_MAX, Access::NONE).unwrap();
     let dst = pd
@@ -231,40 +233,8 @@ fn slow_receiver_without_flow_control_gets_rnr_errors_on_rxe() {
     }
     let stop = Arc::new(AtomicBool::new(false));
     // The slow receiver: every PERIOD, takes what arrived and re-posts at
-    // most BATCH buffers. Returns the receives that completed, and how
-    // many of them failed.
-    let receiver = {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            let mut wc = [Wc::default(); 64];
-            let mut consumed: Vec<u64> = Vec::new();
-            let (mut delivered, mut failed) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                thread::sleep(PERIOD);
-                let n = cq_b.poll(&mut b, &mut wc).unwrap();
-                for w in &wc[..n] {
-                    if w.status == WcStatus::SUCCESS {
-                        delivered += 1;
-                        consumed.push(w.wr_id);
-                    } else {
-                        failed += 1;
-                    }
-                }
-                if b.state() == QpState::Error {
-                    continue;
-                }
-                let k = consumed.len().min(BATCH);
-                for slot in consumed.drain(..k) {
-                    b.post_recv(&[RecvWr {
-                        wr_id: slot,
-                        sges: &[sge(slot)],
-                    }])
-                    .unwrap();
-                }
-            }
-            (delivered, failed, b.state())
-        })
-    };
+    // most BATCH buffers.
+    let receiver = slow_receiver::spawn(b, cq_b, sge, BATCH, PERIOD, Arc::clone(&stop));
     // The fast sender: every SEND signaled, in bursts of up to BURST, as
     // many as the send queue holds.
     let (mut posted, mut completed, mut ok, mut flushed, mut rnr) = (0u64, 0u64, 0u64, 0u64, 0u64);
@@ -312,7 +282,11 @@ fn slow_receiver_without_flow_control_gets_rnr_errors_on_rxe() {
     }
     let took = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (delivered, recv_failed, b_state) = receiver.join().unwrap();
+    let slow_receiver::Received {
+        delivered,
+        failed: recv_failed,
+        state: b_state,
+    } = receiver.join().unwrap();
     drop(dst);
     eprintln!(
         "{name}: without flow control: {posted} SENDs posted, {ok} succeeded, {rnr} RNR retry \
