@@ -1689,8 +1689,11 @@ rdd_status rdd_exposure_get_info(const struct rdd_exposure *e,
  * (the QP it was bound on) with `wr_id` and `send_flags`, and sets
  * `*out_posted` to 1. A registration is revoked at once instead
  * (`*out_posted` = 0, no completion will come); an already revoked or
- * invalidated exposure: 0, nothing done. If the WR does not execute (the
- * QP went to ERROR), the key stays bound: `rdd_exposure_revoke` then.
+ * invalidated exposure: 0, nothing done. A window whose QP is not in RTS
+ * is revoked at once too (a LOCAL_INV there would be flushed, and the
+ * window would stay bound to the QP across a RESET). If the QP fails
+ * after the WR was posted, the key stays bound: `rdd_exposure_revoke`
+ * then.
  *
  * # Safety
  * `out_posted` is valid for a write of one `int`.

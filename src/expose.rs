@@ -34,7 +34,7 @@
 
 use std::vec::Vec;
 
-use crate::api::{Access, Backend, Mr, MrKeys, Qp};
+use crate::api::{Access, Backend, Mr, MrKeys, Qp, QpState};
 use crate::error::{Error, Result};
 use crate::wr::{MwBind, Remote, SendFlags, SendOp, SendWr};
 
@@ -286,9 +286,20 @@ impl<B: Backend> Exposure<'_, B> {
     ///
     /// A registration has no such WR: it is revoked at once as by
     /// [`Exposure::revoke`], and `false` is returned (no completion will
-    /// come). Already revoked or invalidated: `false`, nothing done.
+    /// come). So is a window when `qp` is not in RTS: a LOCAL_INV posted
+    /// there would be flushed, not executed, and the window would stay
+    /// bound to the QP (and valid again after a RESET and a reconnect to
+    /// another peer). Already revoked or invalidated: `false`, nothing
+    /// done.
+    ///
+    /// A window bound on a QP stays bound across the QP's RESET: revoke
+    /// or invalidate it (or [`ExposureSet::revoke_all`]) before the QP is
+    /// reconnected to another peer.
     pub fn invalidate(&mut self, qp: &mut Qp<B>, wr_id: u64, flags: SendFlags) -> Result<bool> {
         match self.key {
+            Key::Window { bound: true, .. } if qp.state() != QpState::Rts => {
+                self.revoke().map(|()| false)
+            }
             Key::Window { rkey, bound: true } => {
                 qp.post_send_one(&SendWr::new(wr_id, SendOp::LocalInv { rkey }, &[], flags))?;
                 self.key = Key::Window { rkey, bound: false };

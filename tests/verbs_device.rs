@@ -1158,6 +1158,36 @@ fn memory_window_exposures_on_real_devices() {
         );
         assert!(land.as_slice().iter().all(|&b| b == 0), "{name}");
         assert_eq!(owned.as_slice(), &before[..], "{name}");
+
+        // On a QP that is not in RTS a LOCAL_INV would be flushed and the
+        // window would stay bound across a RESET: `invalidate` revokes at
+        // once instead, and posts nothing. (A fresh pair: the responder of
+        // the refused READ above is in ERROR too.)
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let owned = p.pd.register(4096, BIND).unwrap();
+        let mut e = owned
+            .expose_to(
+                &mut p.b,
+                500,
+                SendFlags::SIGNALED,
+                0,
+                4096,
+                RemoteAccess::Read,
+            )
+            .unwrap();
+        local_done(&mut p, 500, WcOpcode::BIND_MW, &name);
+        p.b.modify(&QpModify::to(QpState::Error)).unwrap();
+        assert_eq!(
+            e.invalidate(&mut p.b, 501, SendFlags::SIGNALED),
+            Ok(false),
+            "{name}"
+        );
+        assert!(e.is_revoked(), "{name}");
+        assert_eq!(
+            e.rebind(&mut p.b, 502, SendFlags::SIGNALED),
+            Err(Error::InvalidAttribute),
+            "{name}: revoked, not invalidated"
+        );
     }
 }
 

@@ -321,8 +321,11 @@ pub unsafe extern "C" fn rdd_exposure_get_info(
 /// (the QP it was bound on) with `wr_id` and `send_flags`, and sets
 /// `*out_posted` to 1. A registration is revoked at once instead
 /// (`*out_posted` = 0, no completion will come); an already revoked or
-/// invalidated exposure: 0, nothing done. If the WR does not execute (the
-/// QP went to ERROR), the key stays bound: `rdd_exposure_revoke` then.
+/// invalidated exposure: 0, nothing done. A window whose QP is not in RTS
+/// is revoked at once too (a LOCAL_INV there would be flushed, and the
+/// window would stay bound to the QP across a RESET). If the QP fails
+/// after the WR was posted, the key stays bound: `rdd_exposure_revoke`
+/// then.
 ///
 /// # Safety
 /// `out_posted` is valid for a write of one `int`.
@@ -341,9 +344,18 @@ pub unsafe extern "C" fn rdd_exposure_invalidate(
         let posted = match x.key {
             Key::Window { rkey, bound: true } => {
                 let wr = SendWr::new(wr_id, SendOp::LocalInv { rkey }, &[], flags);
-                try_status!(post_library_wr(h(qp), &x.pd_link, &wr));
-                x.key = Key::Window { rkey, bound: false };
-                1
+                match post_library_wr(h(qp), &x.pd_link, &wr) {
+                    Ok(()) => {
+                        x.key = Key::Window { rkey, bound: false };
+                        1
+                    }
+                    // Not in RTS: the WR would be flushed, not executed.
+                    Err(rdd_status::InvalidQpState) => {
+                        try_status!(x.revoke());
+                        0
+                    }
+                    Err(s) => return s,
+                }
             }
             Key::Registered(_) => {
                 try_status!(x.revoke());

@@ -2400,8 +2400,9 @@ const PORTABLE_CHUNK: usize = 16;
 /// As `rdd_qp_post_send` for `wrs[0..n]` (checked non-NULL and aligned).
 /// Posts one WR the library built (the memory-window operations of
 /// `ffi::expose`) on QP handle `qp`, which must be in the protection
-/// domain `pd_link` names: with the same CQ headroom check as
-/// `rdd_qp_post_send`. The mlx5 core has no window WQEs: `UNSUPPORTED`.
+/// domain `pd_link` names and in RTS (`INVALID_QP_STATE` otherwise): with
+/// the same CQ headroom check as `rdd_qp_post_send`. The mlx5 core has no
+/// window WQEs: `UNSUPPORTED`.
 pub(super) fn post_library_wr(
     qp: usize,
     pd_link: &Arc<()>,
@@ -2410,6 +2411,11 @@ pub(super) fn post_library_wr(
     let mut q = excl::<QpObj>(qp)?;
     if !Arc::ptr_eq(&q._pd_link, pd_link) {
         return Err(rdd_status::InvalidArgument);
+    }
+    match q.q.get_mut() {
+        QpImpl::Portable(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
+        QpImpl::Mlx5(_) => return Err(rdd_status::Unsupported),
+        QpImpl::Portable(_) => {}
     }
     let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
     let want = u64::from(wr.flags.contains(crate::wr::SendFlags::SIGNALED));
