@@ -182,8 +182,9 @@ impl<B: Backend> Mr<B> {
     /// [`Exposure::is_window`] says which one was made.
     ///
     /// Errors: [`Error::InvalidAttribute`] for an empty range, one outside
-    /// the region, or a QP of another protection domain; the post's errors
-    /// (the window is deallocated again).
+    /// the region, or a QP of another protection domain;
+    /// [`Error::InvalidQpState`] for a window on a QP that is not in RTS;
+    /// the post's errors (the window is deallocated again).
     pub fn expose_to(
         &self,
         qp: &mut Qp<B>,
@@ -326,6 +327,10 @@ impl<B: Backend> Exposure<'_, B> {
         };
         if !self.mr.same_pd(qp) {
             return Err(Error::InvalidAttribute);
+        }
+        // A BIND_MW posted elsewhere would be flushed, not executed.
+        if qp.state() != QpState::Rts {
+            return Err(Error::InvalidQpState);
         }
         let (op, new_rkey) = bind_op(
             self.mr.addr() + self.offset as u64,
