@@ -11,7 +11,6 @@
 //! reserved credit that prevents deadlock, protocol errors, iWARP, and
 //! configuration checks.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -20,51 +19,17 @@ use std::time::{Duration, Instant};
 use rdma_direct::api::*;
 use rdma_direct::credit::{CreditConfig, CreditImm, CreditInfo, CreditQp};
 use rdma_direct::soft::{SoftConfig, SoftDevice};
-use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use rdma_direct::{Error, SendFlags, SendOp, SendWr};
 
 #[path = "support/slow_receiver.rs"]
 mod slow_receiver;
 
 type Dev = Device<SoftDevice>;
 
-/// Counts allocations per thread, to prove the data path makes none.
-struct Counting;
-
-thread_local! {
-    // Allocations made by this thread (tests run in parallel threads, and
-    // the device thread allocates on its own). A const-initialised Cell
-    // needs no allocation itself.
-    static MINE: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
-}
-
-fn my_allocs() -> usize {
-    MINE.with(|c| c.get())
-}
-
-fn count() {
-    let _ = MINE.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: forwards every call to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+/// Counts this thread's allocations, to prove the data path makes none.
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::mine as my_allocs;
 
 /// Messages in the slow-receiver workload.
 const STREAM: u64 = 3000;
@@ -185,28 +150,28 @@ fn slow_receiver_without_flow_control_gets_rnr_errors() {
         min_rnr_timer: 1,
         ..ConnectAttr::default()
     };
-    let (dev, pd, (mut a, mut cqa), (mut b, cqb)) = connected(dev_cfg, attr);
+    let (dev, pd, (mut a, mut cqa), (b, cqb)) = connected(dev_cfg, attr);
     dev.backend().start();
     let src = pd.register(MSG_MAX, Access::NONE).unwrap();
     let dst = pd
         .register(WINDOW as usize * MSG_MAX, Access::LOCAL_WRITE)
         .unwrap();
-    // The receiver thread builds its SGEs from the region's address and key;
-    // `dst` itself outlives the thread (joined below).
-    let (base, lkey) = (dst.addr(), dst.lkey());
-    let sge = move |slot: u64| Sge::new(base + slot * MSG_MAX as u64, MSG_MAX as u32, lkey);
-    for slot in 0..u64::from(WINDOW) {
-        b.post_recv(&[RecvWr {
-            wr_id: slot,
-            sges: &[sge(slot)],
-        }])
-        .unwrap();
-    }
     let stop = Arc::new(AtomicBool::new(false));
     // The slow receiver: every PERIOD, takes what arrived and re-posts at
     // most BATCH buffers. (Payloads are not checked here: this run is
     // about the RNR NAKs.)
-    let receiver = slow_receiver::spawn(b, cqb, sge, BATCH, PERIOD, Arc::clone(&stop));
+    let receiver = slow_receiver::spawn(
+        b,
+        cqb,
+        &dst,
+        MSG_MAX,
+        slow_receiver::Pace {
+            window: WINDOW,
+            batch: BATCH,
+            period: PERIOD,
+        },
+        Arc::clone(&stop),
+    );
     // The fast sender: every SEND signaled, as many as the SQ holds.
     let mut posted = 0u64;
     let mut completed = 0u64;

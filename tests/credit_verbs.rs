@@ -33,7 +33,7 @@ use rdma_direct::api::{
 use rdma_direct::credit::{CreditConfig, CreditQp};
 use rdma_direct::verbs::cm::CmConnection;
 use rdma_direct::verbs::VerbsDevice;
-use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr};
 
 mod common;
 use common::*;
@@ -214,27 +214,27 @@ fn slow_receiver_without_flow_control_gets_rnr_errors_on_rxe() {
         return;
     };
     let _serial = rxe_lock();
-    let (_dev, pd, (mut a, mut cq_a), (mut b, cq_b), _conns) = connected(&name, ip);
+    let (_dev, pd, (mut a, mut cq_a), (b, cq_b), _conns) = connected(&name, ip);
     let before = rnr_counters(&name);
     let src = pd.register(MSG_MAX, Access::NONE).unwrap();
     let dst = pd
         .register(WINDOW as usize * MSG_MAX, Access::LOCAL_WRITE)
         .unwrap();
-    // The receiver thread builds its SGEs from the region's address and
-    // key; `dst` itself outlives the thread (joined below).
-    let (base, lkey) = (dst.addr(), dst.lkey());
-    let sge = move |slot: u64| Sge::new(base + slot * MSG_MAX as u64, MSG_MAX as u32, lkey);
-    for slot in 0..u64::from(WINDOW) {
-        b.post_recv(&[RecvWr {
-            wr_id: slot,
-            sges: &[sge(slot)],
-        }])
-        .unwrap();
-    }
     let stop = Arc::new(AtomicBool::new(false));
     // The slow receiver: every PERIOD, takes what arrived and re-posts at
     // most BATCH buffers.
-    let receiver = slow_receiver::spawn(b, cq_b, sge, BATCH, PERIOD, Arc::clone(&stop));
+    let receiver = slow_receiver::spawn(
+        b,
+        cq_b,
+        &dst,
+        MSG_MAX,
+        slow_receiver::Pace {
+            window: WINDOW,
+            batch: BATCH,
+            period: PERIOD,
+        },
+        Arc::clone(&stop),
+    );
     // The fast sender: every SEND signaled, in bursts of up to BURST, as
     // many as the send queue holds.
     let (mut posted, mut completed, mut ok, mut flushed, mut rnr) = (0u64, 0u64, 0u64, 0u64, 0u64);

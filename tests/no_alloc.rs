@@ -1,51 +1,13 @@
 //! A counting global allocator proves that posting, ringing and polling
 //! allocate nothing once the queues exist.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use rdma_direct::provider::mlx5::*;
 use rdma_direct::testutil::*;
 use rdma_direct::*;
 
-struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    // Allocations made by this thread (tests run in parallel threads; each
-    // checks only its own). A const-initialised Cell needs no allocation.
-    static MINE: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
-}
-
-fn mine() -> usize {
-    MINE.with(|c| c.get())
-}
-
-fn count() {
-    ALLOCS.fetch_add(1, Ordering::Relaxed);
-    let _ = MINE.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::mine;
 
 #[test]
 fn post_and_poll_allocate_nothing() {
