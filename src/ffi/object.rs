@@ -2412,29 +2412,56 @@ pub(super) fn post_library_wr(
     if !Arc::ptr_eq(&q._pd_link, pd_link) {
         return Err(rdd_status::InvalidArgument);
     }
-    match q.q.get_mut() {
-        QpImpl::Portable(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
-        QpImpl::Mlx5(_) => return Err(rdd_status::Unsupported),
-        QpImpl::Portable(_) => {}
-    }
     let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
-    let want = u64::from(wr.flags.contains(crate::wr::SendFlags::SIGNALED));
-    let reserved = meter.as_ref().map_or(0, |b| b.headroom.reserve(want));
-    if meter.is_some() && reserved < want {
-        return Err(rdd_status::CqFull);
-    }
-    let r = match q.q.get_mut() {
-        QpImpl::Portable(p) => p
-            .post_send(core::slice::from_ref(wr))
-            .map_err(|e| rdd_status::from(e.error)),
-        QpImpl::Mlx5(_) => Err(rdd_status::Unsupported),
+    let (called, r) = match q.q.get_mut() {
+        QpImpl::Portable(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
+        QpImpl::Portable(p) => {
+            post_send_metered(&mut **p, core::slice::from_ref(wr), meter.as_deref())
+        }
+        QpImpl::Mlx5(_) => return Err(rdd_status::Unsupported),
     };
-    if r.is_ok() {
-        q.doorbells += 1;
-    } else if let Some(b) = &meter {
-        b.headroom.unreserve(reserved);
+    q.doorbells += u64::from(called);
+    r.map_err(|(_, s)| s)
+}
+
+/// Hands `wrs` to a provider-posted QP in one call. With an unguarded send
+/// CQ (`meter`), only the prefix whose completions fit its headroom goes
+/// (the provider reports every completion it is asked for, so no spare
+/// entry is kept, as in `api::Qp::post_send`), and the first WR left out
+/// is `CQ_FULL`. Returns whether the provider was called, and the index
+/// and status of the first WR not posted.
+fn post_send_metered(
+    p: &mut dyn crate::api::PortableQp,
+    wrs: &[crate::wr::SendWr<'_>],
+    meter: Option<&CqBudget>,
+) -> (bool, Result<(), (usize, rdd_status)>) {
+    let want = crate::api::signaled(wrs);
+    let reserved = meter.map_or(0, |b| b.headroom.reserve(want));
+    let mut post = wrs.len();
+    let mut refused = None;
+    if meter.is_some() && reserved < want {
+        post = crate::api::fitting_prefix(wrs, 0, reserved);
+        refused = Some(rdd_status::CqFull);
     }
-    r
+    let r = if post > 0 {
+        p.post_send(&wrs[..post])
+    } else {
+        Ok(())
+    };
+    let posted = match &r {
+        Ok(()) => post,
+        Err(e) => e.index,
+    };
+    if let Some(b) = meter {
+        b.headroom
+            .unreserve(reserved.saturating_sub(crate::api::signaled(&wrs[..posted])));
+    }
+    let r = match (r, refused) {
+        (Err(e), _) => Err((e.index, e.error.into())),
+        (Ok(()), Some(s)) => Err((post, s)),
+        (Ok(()), None) => Ok(()),
+    };
+    (post > 0, r)
 }
 
 unsafe fn post_send_portable(
@@ -2470,34 +2497,12 @@ unsafe fn post_send_portable(
                 }
             }
         }
-        // An unguarded CQ: only the WRs whose completions fit (the
-        // provider reports every completion it is asked for, so no spare
-        // entry is kept, as in `api::Qp::post_send`).
-        let want = crate::api::signaled(&chunk[..k]);
-        let reserved = meter.map_or(0, |b| b.headroom.reserve(want));
-        let mut post = k;
-        if meter.is_some() && reserved < want {
-            post = crate::api::fitting_prefix(&chunk[..k], 0, reserved);
-            refused = Some(rdd_status::CqFull);
+        let (called, r) = post_send_metered(p, &chunk[..k], meter);
+        calls += u64::from(called);
+        if let Err((i, s)) = r {
+            return (Err((done + i, s)), calls);
         }
-        let r = if post > 0 {
-            calls += 1;
-            p.post_send(&chunk[..post])
-        } else {
-            Ok(())
-        };
-        let posted = match &r {
-            Ok(()) => post,
-            Err(e) => e.index,
-        };
-        if let Some(b) = meter {
-            b.headroom
-                .unreserve(reserved.saturating_sub(crate::api::signaled(&chunk[..posted])));
-        }
-        if let Err(e) = r {
-            return (Err((done + e.index, e.error.into())), calls);
-        }
-        done += post;
+        done += k;
         if let Some(s) = refused {
             return (Err((done, s)), calls);
         }

@@ -24,7 +24,7 @@ use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{QpState, Wc};
 use crate::provider::{rxe, siw};
 use crate::sync::Ordering;
-use crate::wr::{validate_recv, QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
+use crate::wr::{QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 /// WRs handed to a codec per call (one producer publication, at most one
 /// doorbell).
@@ -121,7 +121,6 @@ pub(crate) struct DirectQp {
     sq: SendRing,
     rq: Option<RecvRing>,
     track: Arc<QpTrack>,
-    caps: QpCaps,
     atomics: bool,
     /// Unsignaled sends since the last signaled one.
     unsignaled: u64,
@@ -136,7 +135,6 @@ impl DirectQp {
         sq: SendRing,
         rq: Option<RecvRing>,
         track: Arc<QpTrack>,
-        caps: QpCaps,
         atomics: bool,
     ) -> DirectQp {
         let mut q = DirectQp {
@@ -145,7 +143,6 @@ impl DirectQp {
             sq,
             rq,
             track,
-            caps,
             atomics,
             unsignaled: 0,
         };
@@ -302,14 +299,11 @@ impl PortableQp for DirectQp {
             let mut refused = None;
             while done + n < wrs.len() && n < BATCH {
                 let wr = &wrs[done + n];
-                let check = validate_recv(wr, &self.caps).and_then(|_| {
-                    if base + n as u64 - retired >= t.rq_cap {
-                        return Err(Error::RqFull);
-                    }
-                    Ok(())
-                });
-                if let Err(e) = check {
-                    refused = Some(e);
+                // Room only: the ring's encoder validates each WR before
+                // writing anything, and a WR it refuses comes back from
+                // `post` below (as for sends).
+                if base + n as u64 - retired >= t.rq_cap {
+                    refused = Some(Error::RqFull);
                     break;
                 }
                 let seq = base + n as u64;
@@ -345,25 +339,7 @@ impl PortableQp for DirectQp {
         Ok(())
     }
 
-    fn send_space(&self) -> u32 {
-        self.track.send_space()
-    }
-
-    fn failure(&self) -> Option<crate::wr::FailedWr> {
-        self.track.failure()
-    }
-
-    fn capacity(&self) -> (u32, u32) {
-        self.track.capacity()
-    }
-
-    fn outstanding(&self) -> u64 {
-        self.track.outstanding()
-    }
-
-    fn state(&self) -> QpState {
-        self.track.qp_state()
-    }
+    super::path::track_accessors!();
 
     fn state_changed(&mut self, state: QpState) {
         self.track.set_state(state);
@@ -658,7 +634,6 @@ impl VerbsDevice {
             sq,
             rq,
             Arc::clone(&track),
-            caps,
             atomics,
         );
         t.qp_handles.insert(uh, qpn);

@@ -491,6 +491,33 @@ pub(crate) struct WindowTable {
     pub(crate) mrs: HashMap<u32, Raw<sys::ibv_mr>>,
 }
 
+/// The [`PortableQp`] methods a QP answers from its [`QpTrack`]
+/// (`self.track`): shared by the libibverbs QP and the direct rxe/siw QP.
+macro_rules! track_accessors {
+    () => {
+        fn send_space(&self) -> u32 {
+            self.track.send_space()
+        }
+
+        fn failure(&self) -> Option<crate::wr::FailedWr> {
+            self.track.failure()
+        }
+
+        fn capacity(&self) -> (u32, u32) {
+            self.track.capacity()
+        }
+
+        fn outstanding(&self) -> u64 {
+            self.track.outstanding()
+        }
+
+        fn state(&self) -> QpState {
+            self.track.qp_state()
+        }
+    };
+}
+pub(crate) use track_accessors;
+
 /// A portable QP: posts through libibverbs.
 pub struct VerbsQp {
     qp: *mut sys::ibv_qp,
@@ -944,25 +971,7 @@ impl PortableQp for VerbsQp {
         Ok(())
     }
 
-    fn send_space(&self) -> u32 {
-        self.track.send_space()
-    }
-
-    fn failure(&self) -> Option<crate::wr::FailedWr> {
-        self.track.failure()
-    }
-
-    fn capacity(&self) -> (u32, u32) {
-        self.track.capacity()
-    }
-
-    fn outstanding(&self) -> u64 {
-        self.track.outstanding()
-    }
-
-    fn state(&self) -> QpState {
-        self.track.qp_state()
-    }
+    track_accessors!();
 
     fn state_changed(&mut self, state: QpState) {
         self.track.set_state(state);
