@@ -27,6 +27,14 @@
 //!   [`SharedQp::post_send_one`] on a shared `Arc`, and the poller polls
 //!   with [`Cq::poll_shared`] through the [`SharedQpPoller`].
 //!
+//! **Lists** (`--list N`, default 1): every post call carries N WRs. The
+//! spinlock variant then takes its lock once per list ([`Qp::post_send`]:
+//! one doorbell per list); the lock-free variant calls
+//! [`SharedQp::post_send`], which claims the whole list with one
+//! reservation, writes it in parallel with the other producers and makes
+//! one doorbell request. Each WR's id and signaling are set exactly as in
+//! single posts, so 1 WR in 16 per producer is still signaled.
+//!
 //! **The three device modes**:
 //!
 //! * **thread**: the device thread runs ([`SoftDevice::start`]). Threads:
@@ -85,9 +93,11 @@
 //! the source bytes at the end.
 //!
 //! Usage: `mp_post [--seconds S] [--warmup S] [--reps N] [--depth WRS]
-//! [--fill-depth WRS] [--modes step,thread,fill] [--producers 1,2,4]`
-//! (defaults 0.4, 0.1, 5, 1024, 32768, all modes, 1,2,4; about 50 s in
-//! all). `--bench` (from `cargo bench`) is ignored.
+//! [--fill-depth WRS] [--modes step,thread,fill] [--producers 1,2,4]
+//! [--list N]`
+//! (defaults 0.4, 0.1, 5, 1024, 16384, all modes, 1,2,4, 1; about 50 s
+//! in all). The fill depth is at most 16384: the CQ is sized for every WR
+//! the send queue holds, and the software HCA's queues stop below 32768. `--bench` (from `cargo bench`) is ignored.
 
 use std::cell::UnsafeCell;
 use std::hint::spin_loop;
@@ -102,7 +112,7 @@ use rdma_direct::api::{
     Access, ConnectAttr, Cq, Device, Mr, Pd, Qp, QpInit, SharedQp, SharedQpPoller, Wc, WcStatus,
 };
 use rdma_direct::soft::{SoftConfig, SoftDevice};
-use rdma_direct::{Error, Remote, SendFlags, SendOp, SendWr, Sge};
+use rdma_direct::{Error, PostError, Remote, SendFlags, SendOp, SendWr, Sge};
 
 type Dev = SoftDevice;
 
@@ -211,7 +221,10 @@ impl Drop for SpinGuard<'_> {
 
 /// What a producer posts through.
 trait Poster: Send + Sync {
+    /// One WR per call.
     fn post(&self, wr: &SendWr<'_>) -> Result<(), Error>;
+    /// A list per call (`--list N`, N > 1).
+    fn post_list(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError>;
 }
 
 impl Poster for SpinQp {
@@ -219,12 +232,39 @@ impl Poster for SpinQp {
     fn post(&self, wr: &SendWr<'_>) -> Result<(), Error> {
         self.lock().post_send_one(wr)
     }
+    /// One lock per list: the baseline batches exactly as the lock-free
+    /// queue does (one doorbell per list).
+    #[inline]
+    fn post_list(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.lock().post_send(wrs)
+    }
 }
 
 impl Poster for SharedQp<Dev> {
     #[inline]
     fn post(&self, wr: &SendWr<'_>) -> Result<(), Error> {
         self.post_send_one(wr)
+    }
+    #[inline]
+    fn post_list(&self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.post_send(wrs)
+    }
+}
+
+/// Posts `wrs` (one call: `post` for a single WR, `post_list` otherwise);
+/// returns how many WRs were posted and the error that stopped it.
+#[inline(always)]
+fn post_some<P: Poster + ?Sized>(qp: &P, wrs: &[SendWr<'_>]) -> (usize, Option<Error>) {
+    if wrs.len() == 1 {
+        match qp.post(&wrs[0]) {
+            Ok(()) => (1, None),
+            Err(e) => (0, Some(e)),
+        }
+    } else {
+        match qp.post_list(wrs) {
+            Ok(()) => (wrs.len(), None),
+            Err(e) => (e.index, Some(e.error)),
+        }
     }
 }
 
@@ -353,16 +393,19 @@ fn set_id(wr: &mut SendWr<'_>, p: u64, i: u64, last: bool) {
 
 /// Thread and step modes: posts WRITEs in bursts until the phase reaches
 /// STOP, then one final signaled WR.
+#[allow(clippy::too_many_arguments)]
 fn produce<P: Poster + ?Sized>(
     qp: &P,
     p: u64,
     sge: Sge,
     remote: Remote,
+    list: usize,
     phase: &AtomicU8,
     start: &Barrier,
 ) -> Result<ProdStats, String> {
     let sges = [sge];
     let mut wr = SendWr::new(0, SendOp::Write { remote }, &sges, SendFlags::NONE);
+    let mut wrs = vec![wr; list];
     let mut st = ProdStats::default();
     let mut i: u64 = 0;
     let mut fulls = 0u32;
@@ -376,18 +419,21 @@ fn produce<P: Poster + ?Sized>(
         let t0 = Instant::now();
         let mut k = 0;
         let mut full = false;
-        while k < BURST {
-            set_id(&mut wr, p, i, false);
-            match qp.post(&wr) {
-                Ok(()) => {
-                    i += 1;
-                    k += 1;
-                }
-                Err(Error::SqFull) => {
+        // A burst is BURST post calls (of `list` WRs each).
+        for _ in 0..BURST {
+            for (j, w) in wrs.iter_mut().enumerate() {
+                set_id(w, p, i + j as u64, false);
+            }
+            let (n, err) = post_some(qp, &wrs);
+            i += n as u64;
+            k += n as u64;
+            match err {
+                None => {}
+                Some(Error::SqFull) => {
                     full = true;
                     break;
                 }
-                Err(e) => return Err(format!("producer {p}: post: {e}")),
+                Some(e) => return Err(format!("producer {p}: post: {e}")),
             }
         }
         let dt = t0.elapsed();
@@ -449,6 +495,7 @@ fn produce_fill<P: Poster + ?Sized>(
     p: u64,
     sge: Sge,
     remote: Remote,
+    list: usize,
     per_cycle: u64,
     producers: usize,
     generation: &AtomicU64,
@@ -457,7 +504,8 @@ fn produce_fill<P: Poster + ?Sized>(
     done: &AtomicUsize,
 ) -> Result<ProdStats, String> {
     let sges = [sge];
-    let mut wr = SendWr::new(0, SendOp::Write { remote }, &sges, SendFlags::NONE);
+    let wr = SendWr::new(0, SendOp::Write { remote }, &sges, SendFlags::NONE);
+    let mut wrs = vec![wr; list];
     let mut st = ProdStats::default();
     let mut i: u64 = 0;
     let mut seen = 0;
@@ -487,14 +535,20 @@ fn produce_fill<P: Poster + ?Sized>(
             }
         }
         let t0 = Instant::now();
-        for k in 0..per_cycle {
-            set_id(&mut wr, p, i, k == per_cycle - 1);
-            if let Err(e) = qp.post(&wr) {
+        let mut k = 0;
+        while k < per_cycle {
+            let m = (per_cycle - k).min(list as u64) as usize;
+            for (j, w) in wrs[..m].iter_mut().enumerate() {
+                let kj = k + j as u64;
+                set_id(w, p, i + j as u64, kj == per_cycle - 1);
+            }
+            if let (_, Some(e)) = post_some(qp, &wrs[..m]) {
                 // SqFull included: the queue holds every cycle's WRs.
                 done.fetch_add(1, Ordering::Release);
                 return Err(format!("producer {p}: fill post: {e}"));
             }
-            i += 1;
+            i += m as u64;
+            k += m as u64;
         }
         let t1 = Instant::now();
         if g >= measure_from.load(Ordering::Relaxed) {
@@ -731,12 +785,16 @@ struct Opts {
     fill_depth: u32,
     modes: Vec<Mode>,
     producers: Vec<usize>,
+    /// WRs per post call.
+    list: usize,
 }
 
 type Handles<'s> = Vec<thread::ScopedJoinHandle<'s, Result<ProdStats, String>>>;
 
 /// Shared state of a run's threads.
 struct Ctl {
+    /// WRs per post call.
+    list: usize,
     phase: AtomicU8,
     start: Barrier,
     generation: AtomicU64,
@@ -766,6 +824,7 @@ fn spawn_producers<'s, 'e, P: Poster + 'static>(
                         p as u64,
                         sge,
                         remote,
+                        ctl.list,
                         per_cycle,
                         sges.len(),
                         &ctl.generation,
@@ -774,7 +833,9 @@ fn spawn_producers<'s, 'e, P: Poster + 'static>(
                         &ctl.done,
                     )
                 } else {
-                    produce(&*qp, p as u64, sge, remote, &ctl.phase, &ctl.start)
+                    produce(
+                        &*qp, p as u64, sge, remote, ctl.list, &ctl.phase, &ctl.start,
+                    )
                 };
                 if res.is_err() {
                     // Let the others stop waiting.
@@ -839,6 +900,7 @@ fn run(o: &Opts, mode: Mode, variant: Variant, producers: usize) -> Result<Sampl
         r.dev.backend().start();
     }
     let ctl = Ctl {
+        list: o.list,
         phase: AtomicU8::new(WARM),
         start: Barrier::new(producers + 2),
         generation: AtomicU64::new(0),
@@ -947,12 +1009,13 @@ fn parse() -> Result<Opts, String> {
         warmup: 0.1,
         reps: 5,
         depth: 1024,
-        fill_depth: 32768,
+        fill_depth: 16384,
         modes: vec![Mode::Step, Mode::Thread, Mode::Fill],
         producers: PRODUCERS.to_vec(),
+        list: 1,
     };
     let usage = "usage: mp_post [--seconds S] [--warmup S] [--reps N] [--depth WRS] \
-                 [--fill-depth WRS] [--modes step,thread,fill] [--producers 1,2,4]";
+                 [--fill-depth WRS] [--modes step,thread,fill] [--producers 1,2,4] [--list N]";
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut next = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -988,6 +1051,10 @@ fn parse() -> Result<Opts, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
+            "--list" => match next(&a)?.parse::<usize>() {
+                Ok(n @ 1..=64) => o.list = n,
+                _ => return Err(format!("--list: not a count from 1 to 64\n{usage}")),
+            },
             "--bench" => {}
             "--help" | "-h" => return Err(usage.into()),
             other => return Err(format!("unknown argument {other}\n{usage}")),
@@ -1107,10 +1174,11 @@ fn real_main() -> Result<(), String> {
     let total = t_all.elapsed().as_secs_f64();
 
     println!(
-        "8-byte RDMA WRITE (1 SGE), 1 in {SIGNAL_EVERY} WRs signaled per producer; send queue \
-         {} WRs (fill: {}); {} interleaved reps of {} s measured after {} s warm-up per case; \
+        "8-byte RDMA WRITE (1 SGE), 1 in {SIGNAL_EVERY} WRs signaled per producer; {} WR(s) \
+         per post call; send queue {} WRs (fill: {}); {} interleaved reps of {} s measured after {} s warm-up per case; \
          medians, min–max in brackets; load average {} at the start, {} at the end; \
          {:.0} s in all\n",
+        o.list,
         o.depth,
         o.fill_depth,
         o.reps,

@@ -3,7 +3,8 @@
 //!
 //! Every measured operation lives in an `#[inline(never)]`, `#[no_mangle]`
 //! function (`rdd_post_1`, `rdd_post_16`, `rdd_poll_1`, `rdd_poll_16`,
-//! plus the extra `rdd_post_1_opaque` and `rdd_post_16_opaque`), so that
+//! plus the extra `rdd_post_1_opaque`, `rdd_post_16_opaque`,
+//! `rdd_shared_post_1` and `rdd_shared_post_16`), so that
 //! `valgrind --tool=callgrind --toggle-collect=<name>` counts exactly the
 //! instructions of those calls. Everything that keeps the queues going
 //! (retiring posted work, posting the WRs that polled CQEs complete,
@@ -18,16 +19,23 @@
 //!
 //! Usage: `post_poll [BENCH...] [--iters N]`, BENCH one of `post_1`,
 //! `post_16`, `post_bf`, `poll_1`, `poll_16`, `poll_empty`,
-//! `post_1_opaque`, `post_16_opaque` (default: all; `--bench` from
+//! `post_1_opaque`, `post_16_opaque`, `shared_post_1`, `shared_post_16`
+//! (the last two post to a multi-producer queue from one thread; default:
+//! all; `--bench` from
 //! `cargo bench` is ignored). For every bench the program prints
 //! `bench=<bench> fn=<function> calls=<n> ops_per_call=<k>`, then a
 //! wall-clock estimate, which is noisy and secondary: the primary number is
 //! the callgrind instruction count the script computes.
 
 use std::hint::black_box;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
-use rdma_direct::provider::mlx5::{BfPolicy, CompletionQueue, Mlx5Qp, SendQueue, SqConfig, Wc};
+use rdma_direct::provider::mlx5::{
+    BfPolicy, CompletionQueue, Mlx5Qp, SendQueue, SharedSendQueue, SharedStorage, SqConfig,
+    SqRetire, Wc, WrSlot,
+};
 use rdma_direct::testutil::{FakeGeometry, FakeMlx5};
 use rdma_direct::{Remote, Result, SendFlags, SendOp, SendWr, Sge};
 
@@ -154,6 +162,49 @@ pub fn rdd_poll_16(
     wc: &mut [Wc; BATCH],
 ) -> Result<usize> {
     cq.poll(qp, wc)
+}
+
+/// Extra: one WR into a multi-producer [`SharedSendQueue`], uncontended:
+/// the reservation, publication and doorbell election of `SharedQp`.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_shared_post_1(sq: &SharedSendQueue, d: &WriteDesc) -> Result<()> {
+    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
+    let wr = SendWr::new(
+        d.wr_id,
+        SendOp::Write {
+            remote: Remote::new(d.raddr, d.rkey),
+        },
+        &sge,
+        SendFlags(d.flags),
+    );
+    // SAFETY: as in `post_desc`.
+    unsafe { sq.post(&wr) }
+}
+
+/// Extra: a list of [`BATCH`] WRs into a multi-producer
+/// [`SharedSendQueue`] (one reservation and one doorbell request for the
+/// list). The `SendWr` array is built here, as a caller would.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_shared_post_16(sq: &SharedSendQueue, ds: &[WriteDesc; BATCH]) -> bool {
+    let sges: [[Sge; 1]; BATCH] = core::array::from_fn(|i| {
+        let d = &ds[i];
+        [Sge::new(d.laddr, d.len, d.lkey)]
+    });
+    let wrs: [SendWr<'_>; BATCH] = core::array::from_fn(|i| {
+        let d = &ds[i];
+        SendWr::new(
+            d.wr_id,
+            SendOp::Write {
+                remote: Remote::new(d.raddr, d.rkey),
+            },
+            &sges[i],
+            SendFlags(d.flags),
+        )
+    });
+    // SAFETY: as in `post_desc`.
+    unsafe { sq.post_list(&wrs) }.is_ok()
 }
 
 fn geometry() -> FakeGeometry {
@@ -288,6 +339,58 @@ fn bench_post_opaque(bench: &'static str, iters: u64, batch: bool) {
     .done();
 }
 
+fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
+    // `f`, `slots` and `ready` outlive `sq` (declared before it).
+    let f = FakeMlx5::new(geometry());
+    let caps = f.caps(4, 60);
+    let n = f.geo.sq_wqe_cnt as usize;
+    let mut slots = vec![WrSlot::default(); n];
+    let ready: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let storage = SharedStorage {
+        slots: NonNull::new(slots.as_mut_ptr()).expect("slots"),
+        ready: NonNull::new(ready.as_ptr() as *mut AtomicU32).expect("ready"),
+        len: n,
+    };
+    // SAFETY: the fake's memory, the side table and the ready words (all 0,
+    // the start counter) outlive the queue; SGEs are never dereferenced.
+    let sq = unsafe {
+        SharedSendQueue::from_raw(&f.dv_qp(), f.geo.qpn, caps, SqConfig::default(), storage, 0)
+    }
+    .expect("shared send queue");
+    // SAFETY: the only retirer.
+    let mut retirer = unsafe { sq.retirer() };
+    let start = Instant::now();
+    let mut id = 0u64;
+    for _ in 0..iters {
+        if batch {
+            let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
+            assert!(rdd_shared_post_16(black_box(&sq), black_box(&ds)));
+            id += BATCH as u64;
+        } else {
+            rdd_shared_post_1(black_box(&sq), black_box(&desc(id))).expect("post");
+            id += 1;
+        }
+        // Retire everything (outside the measured function): every WQE is
+        // one BB, so the last one starts at BB id - 1.
+        let r = retirer.retire((id - 1) as u16).expect("retire");
+        assert_eq!(r.wr_id, id - 1);
+    }
+    assert_eq!(f.dbrec_sq(), (id & 0xffff) as u32, "every WQE rung");
+    let (func, k) = if batch {
+        ("rdd_shared_post_16", BATCH as u64)
+    } else {
+        ("rdd_shared_post_1", 1)
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call: k,
+        start,
+    }
+    .done();
+}
+
 fn bench_poll(bench: &'static str, iters: u64, per_call: usize) {
     let mut f = FakeMlx5::new(geometry());
     let sq = new_sq(&mut f, BfPolicy::Never);
@@ -378,6 +481,8 @@ fn main() {
         "poll_empty",
         "post_1_opaque",
         "post_16_opaque",
+        "shared_post_1",
+        "shared_post_16",
     ];
     if benches.is_empty() {
         benches = all.iter().map(|s| s.to_string()).collect();
@@ -392,6 +497,8 @@ fn main() {
             "poll_empty" => bench_poll_empty("poll_empty", iters),
             "post_1_opaque" => bench_post_opaque("post_1_opaque", iters, false),
             "post_16_opaque" => bench_post_opaque("post_16_opaque", iters, true),
+            "shared_post_1" => bench_shared("shared_post_1", iters, false),
+            "shared_post_16" => bench_shared("shared_post_16", iters, true),
             other => {
                 eprintln!("unknown bench {other}; known: {}", all.join(" "));
                 std::process::exit(2);

@@ -102,6 +102,8 @@ ROWS=(
 	"poll_empty|rdd_poll_16|ref_poll_16"
 	"post_1_opaque|rdd_post_1_opaque|-"
 	"post_16_opaque|rdd_post_16_opaque|-"
+	"shared_post_1|rdd_shared_post_1|-"
+	"shared_post_16|rdd_shared_post_16|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
@@ -271,6 +273,8 @@ LABEL = {
     "poll_empty": ("poll, empty CQ (extra)", "instr/call", None),
     "post_1_opaque": ("post, 1 WR, opaque `&SendWr` (extra)", "instr/WR", None),
     "post_16_opaque": ("post_list, 16 opaque WRs (extra)", "instr/WR", None),
+    "shared_post_1": ("multi-producer queue, 1 WR per call, one thread (extra)", "instr/WR", None),
+    "shared_post_16": ("multi-producer queue, list of 16 WRs, one thread (extra)", "instr/WR", None),
 }
 
 res = []

@@ -12,7 +12,8 @@
 # before and after, toolchain, the exact command, then the bench's table.
 # Per-run progress goes to stderr. mp_post options: --seconds S,
 # --warmup S, --reps N, --depth WRS, --fill-depth WRS,
-# --modes step,thread,fill, --producers 1,2,4.
+# --modes step,thread,fill, --producers 1,2,4, --list N (WRs per post
+# call; the spinlock takes its lock once per list).
 #
 # Wall-clock numbers: on a loaded or small machine they move a lot
 # between runs; compare the two variants within one run (they are

@@ -1,7 +1,9 @@
 //! Stress test of lock-free multi-producer posting with real threads (not
 //! loom): four producers post millions of 8-byte inline RDMA WRITEs
 //! through ONE shared QP on the software HCA's device thread, while a
-//! poller thread checks that every WR completes exactly once.
+//! poller thread checks that every WR completes exactly once. Two
+//! producers post one WR per call, the other two lists of 8 (one
+//! reservation per list, and a prefix when the queue is short).
 //!
 //! Size: 2,000,000 WRs in all in release builds, 1,000 in debug builds;
 //! `RDD_STRESS_WRS=N` overrides (for example
@@ -34,9 +36,11 @@ use std::time::{Duration, Instant};
 
 use rdma_direct::api::*;
 use rdma_direct::soft::{SoftConfig, SoftDevice};
-use rdma_direct::{Error, Remote, SendFlags, SendOp, SendWr};
+use rdma_direct::{Error, PostError, Remote, SendFlags, SendOp, SendWr};
 
 const PRODUCERS: u64 = 4;
+/// WRs per list of the producers that post lists (see [`list_len`]).
+const LIST: u64 = 8;
 /// Target slots per producer (8 bytes each).
 const WINDOW: u64 = 1 << 20;
 /// wr_id = producer << ID_SHIFT | index.
@@ -89,6 +93,18 @@ fn tag(p: u64, i: u64) -> u64 {
     (p << ID_SHIFT | i) + 1
 }
 
+/// WRs per `post_send` list for producer `p`: even producers post one WR
+/// per call (`post_send_one`), odd ones lists of [`LIST`] (`post_send`,
+/// one reservation and one doorbell request per list), so single posts
+/// and lists interleave in the ring.
+fn list_len(p: u64) -> u64 {
+    if p % 2 == 1 {
+        LIST
+    } else {
+        1
+    }
+}
+
 /// Posts `plan.per` WRs for producer `p`; returns (posts, refusals).
 fn produce(
     qp: &SharedQp<SoftDevice>,
@@ -98,22 +114,42 @@ fn produce(
     abort: &AtomicBool,
 ) -> Result<(u64, u64), String> {
     let mut refused = 0u64;
-    for i in 0..plan.per {
-        let bytes = tag(p, i).to_ne_bytes();
-        let data: [&[u8]; 1] = [&bytes];
-        let remote = Remote::new(target.addr + plan.offset(p, i), target.rkey);
-        let flags = if plan.signaled(i) {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::NONE
-        };
-        let wr = SendWr::inline(p << ID_SHIFT | i, SendOp::Write { remote }, &data, flags);
+    let list = list_len(p);
+    let mut i = 0;
+    while i < plan.per {
+        let n = list.min(plan.per - i);
+        let bytes: Vec<[u8; 8]> = (i..i + n).map(|k| tag(p, k).to_ne_bytes()).collect();
+        let data: Vec<[&[u8]; 1]> = bytes.iter().map(|b| [&b[..]]).collect();
+        let wrs: Vec<SendWr<'_>> = (i..i + n)
+            .zip(&data)
+            .map(|(k, d)| {
+                let remote = Remote::new(target.addr + plan.offset(p, k), target.rkey);
+                let flags = if plan.signaled(k) {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                };
+                SendWr::inline(p << ID_SHIFT | k, SendOp::Write { remote }, d, flags)
+            })
+            .collect();
+        // Posted WRs of this list; a refusal posts a prefix.
+        let mut off = 0;
         let mut tries = 0u32;
         let since = Instant::now();
-        loop {
-            match qp.post_send_one(&wr) {
-                Ok(()) => break,
-                Err(Error::SqFull) => {
+        while off < wrs.len() {
+            let r = if list == 1 {
+                qp.post_send_one(&wrs[0])
+                    .map_err(|error| PostError { index: 0, error })
+            } else {
+                qp.post_send(&wrs[off..])
+            };
+            match r {
+                Ok(()) => off = wrs.len(),
+                Err(PostError {
+                    index,
+                    error: Error::SqFull,
+                }) => {
+                    off += index;
                     refused += 1;
                     tries += 1;
                     if tries < 16 {
@@ -123,18 +159,26 @@ fn produce(
                     }
                     if tries % 1024 == 0 {
                         if abort.load(Ordering::Relaxed) {
-                            return Err(format!("producer {p}: aborted at WR {i}"));
+                            return Err(format!("producer {p}: aborted at WR {}", i + off as u64));
                         }
                         if since.elapsed() > STALL {
                             return Err(format!(
-                                "producer {p}: queue full for {STALL:?} at WR {i}"
+                                "producer {p}: queue full for {STALL:?} at WR {}",
+                                i + off as u64
                             ));
                         }
                     }
                 }
-                Err(e) => return Err(format!("producer {p}: WR {i}: {e}")),
+                Err(e) => {
+                    return Err(format!(
+                        "producer {p}: WR {}: {}",
+                        i + (off + e.index) as u64,
+                        e.error
+                    ))
+                }
             }
         }
+        i += n;
     }
     Ok((plan.per, refused))
 }

@@ -119,3 +119,116 @@ fn four_producers_one_poller() {
     dev.backend().stop();
     drop(b);
 }
+
+/// `SharedQp::post_send` with lists (step mode, one thread): a list longer
+/// than the free space posts the prefix that fits and reports `SqFull` at
+/// the first WR left out; a refused WR in the middle of a list posts the
+/// WRs before it and reports its own typed error; every posted WR
+/// completes exactly once, in order.
+#[test]
+fn lists_post_a_prefix_and_report_the_first_refusal() {
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(1024).unwrap();
+    let peer_cq = dev.create_cq(256).unwrap();
+    let init = QpInit {
+        max_send_wr: 64,
+        max_send_sge: 1,
+        ..QpInit::default()
+    };
+    let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
+    let mut b = pd
+        .create_qp(&peer_cq, &peer_cq, &QpInit::default())
+        .unwrap();
+    let (ia, ib) = (a.info(), b.info());
+    a.connect(&ib, &ConnectAttr::default()).unwrap();
+    b.connect(
+        &ia,
+        &ConnectAttr {
+            access: Access::REMOTE_WRITE,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let target = pd
+        .register(8 * 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let mut src = pd.register(8 * 256, Access::NONE).unwrap();
+    for (i, c) in src.as_mut_slice().chunks_mut(8).enumerate() {
+        c.copy_from_slice(&(i as u64 + 1).to_le_bytes());
+    }
+    let (shared, mut poller) = a.into_shared().unwrap();
+    // Every 8-byte, one-SGE WRITE takes one BB.
+    let space = shared.send_space() as usize;
+    assert!(space >= 16);
+    let sges: Vec<[rdma_direct::Sge; 1]> = (0..256).map(|i| [src.sge(i * 8, 8)]).collect();
+    let wr = |i: usize| {
+        SendWr::new(
+            i as u64,
+            SendOp::Write {
+                remote: target.remote(i * 8),
+            },
+            &sges[i],
+            SendFlags::SIGNALED,
+        )
+    };
+    let mut wc = [Wc::default(); 256];
+    let mut next = 0u64;
+    let mut drain =
+        |cq: &mut Cq<SoftDevice>, poller: &mut SharedQpPoller<SoftDevice>, want: u64| {
+            let mut got = 0;
+            for _ in 0..100 {
+                dev.backend().step();
+                let n = cq.poll_shared(poller, &mut wc).unwrap();
+                for w in &wc[..n] {
+                    assert_eq!(w.status, WcStatus::SUCCESS);
+                    assert_eq!(w.wr_id, next, "in order, exactly once");
+                    next += 1;
+                }
+                got += n as u64;
+                if got == want {
+                    break;
+                }
+            }
+            assert_eq!(got, want);
+        };
+
+    // A list longer than the queue: the prefix that fits is posted.
+    let long: Vec<_> = (0..space + 3).map(wr).collect();
+    let e = shared.post_send(&long).unwrap_err();
+    assert_eq!((e.index, e.error), (space, Error::SqFull));
+    assert_eq!(shared.send_space(), 0);
+    drain(&mut cq, &mut poller, space as u64);
+
+    // A refused WR in the middle: an atomic whose local SGE is 4 bytes.
+    let short = [src.sge(0, 4)];
+    let base = space;
+    let mut list: Vec<_> = (base..base + 4).map(wr).collect();
+    list[2] = SendWr::new(
+        99_999,
+        SendOp::FetchAdd {
+            remote: target.remote(0),
+            add: 1,
+        },
+        &short,
+        SendFlags::SIGNALED,
+    );
+    let e = shared.post_send(&list).unwrap_err();
+    assert_eq!((e.index, e.error), (2, Error::AtomicSgeLength));
+    drain(&mut cq, &mut poller, 2);
+
+    // Longer than one validation chunk (16 WRs), all accepted.
+    let base = base + 2;
+    let list: Vec<_> = (base..base + 40).map(|i| wr(i % 256)).collect();
+    // wr_ids must continue the sequence.
+    assert!(base + 40 <= 256);
+    shared.post_send(&list).unwrap();
+    drain(&mut cq, &mut poller, 40);
+    assert_eq!(shared.send_space() as usize, space);
+    // Every WRITE landed.
+    for i in 0..base + 40 {
+        let got = u64::from_le_bytes(target.as_slice()[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(got, i as u64 + 1, "WRITE {i}");
+    }
+    drop(b);
+}

@@ -17,6 +17,11 @@
 //!   elects the ringer, and a ringer that sees new requests when it wants
 //!   to stop scans again, so no ready WQE is ever left unpublished
 //!   (doorbells coalesce; nobody waits for anybody).
+//! - **lists**: a producer that posts several WQEs claims the BBs of all of
+//!   them (the longest prefix that fits) with one CAS, marks each WQE ready
+//!   as soon as it is written, and requests one doorbell after the last.
+//!   So a list costs the same three shared read-modify-writes as a single
+//!   WQE, and producers write their lists' WQEs in parallel.
 //! - **retire**: the single completion poller moves `retired` forward when
 //!   a completion names a published WQE (in order: a completion for WQE X
 //!   retires everything before X as well).
@@ -134,6 +139,22 @@ impl<S> MpRing<S> {
     /// eventually call [`MpRing::publish`] with them.
     #[inline]
     pub fn reserve(&self, nbb: u32) -> Result<u32, Full> {
+        self.reserve_prefix(1, |_| nbb).map(|(start, _)| start)
+    }
+
+    /// Claims, with one compare-exchange, the BBs of the longest prefix of
+    /// `n` WQEs (WQE `i` spans `nbb(i)` BBs) that is free; returns the
+    /// first BB and how many WQEs (at least 1) were claimed. `Err(Full)`
+    /// if not even the first fits. The caller owns every claimed BB and
+    /// must mark each claimed WQE ready ([`MpRing::mark_ready`]) and then
+    /// request a doorbell.
+    #[inline(always)]
+    pub fn reserve_prefix(
+        &self,
+        n: usize,
+        nbb: impl Fn(usize) -> u32,
+    ) -> Result<(u32, usize), Full> {
+        let total: u32 = (0..n).map(&nbb).sum();
         // Relaxed: the CAS below only hands out disjoint ranges; the data
         // ordering comes from the Acquire load of `retired`.
         let mut r = self.reserved.load(Ordering::Relaxed);
@@ -149,17 +170,29 @@ impl<S> MpRing<S> {
                 r = self.reserved.load(Ordering::Relaxed);
                 continue;
             }
-            if used + nbb > self.cnt {
+            let avail = self.cnt - used;
+            let (take, k) = if total <= avail {
+                (total, n)
+            } else {
+                // The longest prefix that fits (the first WQE may not).
+                let (mut take, mut k) = (0, 0);
+                while k < n && take + nbb(k) <= avail {
+                    take += nbb(k);
+                    k += 1;
+                }
+                (take, k)
+            };
+            if k == 0 {
                 return Err(Full);
             }
             // Relaxed on both sides: see above.
             match self.reserved.compare_exchange_weak(
                 r,
-                r.wrapping_add(nbb),
+                r.wrapping_add(take),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Ok(r),
+                Ok(_) => return Ok((r, k)),
                 Err(cur) => r = cur,
             }
         }
@@ -176,10 +209,20 @@ impl<S> MpRing<S> {
     /// `from..to`.
     #[inline]
     pub fn publish(&self, start: u32, end: u32, ring: impl FnMut(&mut S, u32, u32, u32)) {
+        self.mark_ready(start, end);
+        self.request_doorbell(ring);
+    }
+
+    /// Marks the WQE at `start..end` (written in full) ready without
+    /// asking for a doorbell. A producer that posts several WQEs marks
+    /// each one and then calls [`MpRing::request_doorbell`] once: a ringer
+    /// may publish the first ones before the last is marked, and the
+    /// closing request makes sure the rest are published too.
+    #[inline(always)]
+    pub fn mark_ready(&self, start: u32, end: u32) {
         // Release: the WQE bytes and side-table entry written before this
         // are visible to the ringer that acquires this word.
         self.ready_word(start).store(end, Ordering::Release);
-        self.request_doorbell(ring);
     }
 
     /// A deliberately broken [`MpRing::publish`] (Relaxed instead of
@@ -398,6 +441,25 @@ mod tests {
     }
 
     #[test]
+    fn a_list_claims_the_longest_prefix_that_fits() {
+        let (_ready, r) = ring(8, 2);
+        let sizes = [2u32, 1, 2, 2, 1];
+        // 8 BBs free: 2+1+2+2 = 7 fit, the last 1 would too (8).
+        assert_eq!(r.reserve_prefix(5, |i| sizes[i]), Ok((0, 5)));
+        assert_eq!(r.reserve_prefix(1, |_| 1), Err(Full));
+        // Retire the first 3 BBs (the WQEs at 0 and 2), then a list whose
+        // second WQE does not fit.
+        r.publish(0, 2, |_, _, _, _| {});
+        r.publish(2, 3, |_, _, _, _| {});
+        // SAFETY: single-threaded test: the only retirer.
+        assert_eq!(unsafe { r.retire(2, |_| Some(3)) }, Some(2));
+        assert_eq!(r.reserve_prefix(3, |i| [2u32, 2, 1][i]), Ok((8, 1)));
+        assert_eq!(r.reserve_prefix(2, |_| 2), Err(Full), "1 BB left");
+        assert_eq!(r.reserve_prefix(2, |_| 1), Ok((10, 1)));
+        assert_eq!(r.free(), 0);
+    }
+
+    #[test]
     fn full_and_retire() {
         let (_ready, r) = ring(4, 2);
         let a = r.reserve(2).unwrap();
@@ -494,6 +556,40 @@ mod loom_tests {
         full
     }
 
+    /// One producer posting `n` one-BB WQEs with ids `id0..` as lists of
+    /// up to `list` WQEs: one reservation per list (its longest prefix that
+    /// fits), each WQE marked ready as it is written, one doorbell request
+    /// per list. Returns how many were refused.
+    fn produce_lists(m: &Model, id0: u64, n: u64, list: u64) -> u64 {
+        let mut full = 0;
+        let mut id = id0;
+        while id < id0 + n {
+            let want = list.min(id0 + n - id) as usize;
+            let Ok((start, got)) = m.ring.reserve_prefix(want, |_| 1) else {
+                full += want as u64;
+                id += want as u64;
+                continue;
+            };
+            for k in 0..got as u32 {
+                let bb = start + k;
+                let slot = (bb % CNT) as usize;
+                let wid = id + k as u64;
+                // SAFETY (model): the BB is reserved by this producer only.
+                m.wqe[slot].with_mut(|p| unsafe { *p = wid });
+                // SAFETY (model): as above.
+                m.side[slot].with_mut(|p| unsafe { *p = (wid, bb + 1) });
+                m.ring.mark_ready(bb, bb + 1);
+            }
+            m.ring.request_doorbell(|rung: &mut u32, _from, to, _last| {
+                *rung = to;
+                m.dbrec.store(to, Ordering::Release);
+            });
+            full += (want - got) as u64;
+            id += want as u64;
+        }
+        full
+    }
+
     /// One step of the model device: executes the WQEs published since
     /// `done` in order and writes one CQE for each (all signaled), owner
     /// byte last with Release.
@@ -585,6 +681,42 @@ mod loom_tests {
     #[test]
     fn two_producers_device_and_poller() {
         builder().check(|| run(1));
+    }
+
+    /// A producer posting a list of two WQEs (one reservation, one
+    /// doorbell request) races a producer posting one WQE, the device and
+    /// the poller: every WR completes exactly once, in each producer's
+    /// order.
+    #[test]
+    fn a_list_and_a_single_post_race() {
+        builder().check(|| {
+            let m = model();
+            let (m1, m2) = (m.clone(), m.clone());
+            let p1 = thread::spawn(move || produce_lists(&m1, 100, 2, 2));
+            let p2 = thread::spawn(move || produce(&m2, 200, 1));
+            let ids = device_and_poll(&m, 3);
+            assert_eq!(p1.join().unwrap() + p2.join().unwrap(), 0);
+            let mine: Vec<u64> = ids.iter().copied().filter(|&i| i < 200).collect();
+            assert_eq!(mine, std::vec![100, 101], "the list completes in order");
+            assert!(ids.contains(&200));
+            assert_eq!(m.ring.retired(), 3);
+        });
+    }
+
+    /// Two lists of three one-BB WQEs into the 4-BB ring with nothing
+    /// retired: the second list gets only the prefix that still fits, and
+    /// every claimed WQE is published.
+    #[test]
+    fn lists_claim_a_prefix_when_the_ring_is_short() {
+        builder().check(|| {
+            let m = model();
+            let (m1, m2) = (m.clone(), m.clone());
+            let p1 = thread::spawn(move || produce_lists(&m1, 100, 3, 3));
+            let p2 = thread::spawn(move || produce_lists(&m2, 200, 3, 3));
+            let full = p1.join().unwrap() + p2.join().unwrap();
+            assert_eq!(full, 2);
+            assert_eq!(m.ring.published(), 4, "every claimed WQE published");
+        });
     }
 
     /// The model must catch a Relaxed publish: with it, the ringer (and

@@ -9,16 +9,21 @@
 //! doorbell record, the doorbell register and the BlueFlame offset, so
 //! doorbells from different producers can never interleave.
 
+use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use super::cq::SqRetire;
 use super::layout::{ctrl_flags, Mlx5dvQp};
-use super::sq::{QpState, Retired, SendQueue, SqConfig, WrSlot};
+use super::sq::{Plan, QpState, Retired, SendQueue, SqConfig, WrSlot};
 use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::ring::mp::MpRing;
 use crate::sync::{AtomicU32, UnsafeCell};
 use crate::wr::{QpCaps, SendWr};
+
+/// WRs of a list validated and claimed together by
+/// [`SharedSendQueue::post_list`] (their plans live on the stack).
+pub const LIST_CHUNK: usize = 16;
 
 /// State only the current ringer touches.
 struct Doorbell {
@@ -165,11 +170,26 @@ impl SharedSendQueue {
         let start = self.ring.reserve(plan.nbb).map_err(|_| Error::SqFull)?;
         // SAFETY: BBs start..start+nbb were reserved by this thread; the
         // SGE contract is forwarded.
-        unsafe { self.enc.emit(wr, &plan, start) };
+        unsafe { self.write(wr, &plan, start) };
+        self.ring
+            .request_doorbell(|db, _from, to, last| self.ring_doorbell(db, to, last));
+        Ok(())
+    }
+
+    /// Writes a planned WQE and its side-table entries into BBs this
+    /// thread reserved, and marks it ready (no doorbell request).
+    ///
+    /// # Safety
+    /// BBs `start..start+plan.nbb` are reserved by this thread and not yet
+    /// marked ready; the SGE contract of [`SendQueue::post`].
+    #[inline(always)]
+    unsafe fn write(&self, wr: &SendWr<'_>, plan: &Plan, start: u32) {
+        // SAFETY: caller contract (reserved BBs, SGE contract).
+        unsafe { self.enc.emit(wr, plan, start) };
         // SAFETY: the entry of a reserved BB belongs to this thread until
         // it is published.
         self.slot(start)
-            .with_mut(|p| unsafe { self.enc.set_slot(p, wr.wr_id, &plan, start) });
+            .with_mut(|p| unsafe { self.enc.set_slot(p, wr.wr_id, plan, start) });
         for k in 1..plan.nbb {
             // Middle BBs never look like WQE starts (see `SendQueue`).
             self.slot(start.wrapping_add(k)).with_mut(|p| {
@@ -177,23 +197,82 @@ impl SharedSendQueue {
                 unsafe { p.write(WrSlot::default()) }
             });
         }
-        self.ring.publish(
-            start,
-            start.wrapping_add(plan.nbb),
-            |db, _from, to, last| self.ring_doorbell(db, to, last),
-        );
-        Ok(())
+        self.ring.mark_ready(start, start.wrapping_add(plan.nbb));
     }
 
-    /// Posts several WRs; each is published as soon as it is written (the
-    /// doorbells coalesce). Stops at the first refused WR.
+    /// Posts several WRs from any thread, in order, stopping at the first
+    /// refused one (its index and error in the [`PostError`]; the WRs
+    /// before it are posted). Up to [`LIST_CHUNK`] WRs at a time are
+    /// validated, then claimed with one reservation (the longest prefix
+    /// that fits), written, and covered by one doorbell request, so a list
+    /// makes as many shared read-modify-writes as one WR and producers
+    /// write their lists in parallel.
     ///
     /// # Safety
     /// As for [`SharedSendQueue::post`].
     pub unsafe fn post_list(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        for (i, wr) in wrs.iter().enumerate() {
-            // SAFETY: forwarded contract.
-            unsafe { self.post(wr) }.map_err(|error| PostError { index: i, error })?;
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if !self.state.can_send() {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidQpState,
+            });
+        }
+        let mut done = 0;
+        while done < wrs.len() {
+            let chunk = &wrs[done..wrs.len().min(done + LIST_CHUNK)];
+            let mut plans = [MaybeUninit::<Plan>::uninit(); LIST_CHUNK];
+            let mut refused = None;
+            let mut n = 0;
+            for wr in chunk {
+                match self.enc.plan(wr) {
+                    Ok(p) => {
+                        plans[n].write(p);
+                        n += 1;
+                    }
+                    Err(e) => {
+                        refused = Some(e);
+                        break;
+                    }
+                }
+            }
+            let nbb = |i: usize| {
+                // SAFETY: `reserve_prefix` asks only for i < n, and
+                // plans[..n] were written above.
+                unsafe { plans[i].assume_init_ref() }.nbb
+            };
+            let (start, got) = match n {
+                0 => (0, 0),
+                _ => self.ring.reserve_prefix(n, nbb).unwrap_or((0, 0)),
+            };
+            let mut bb = start;
+            for (i, wr) in chunk[..got].iter().enumerate() {
+                // SAFETY: i < got <= n, and plans[..n] were written above.
+                let plan = unsafe { plans[i].assume_init_ref() };
+                // SAFETY: the prefix's BBs were reserved by this thread, in
+                // order; the SGE contract is forwarded.
+                unsafe { self.write(wr, plan, bb) };
+                bb = bb.wrapping_add(plan.nbb);
+            }
+            if got > 0 {
+                self.ring
+                    .request_doorbell(|db, _from, to, last| self.ring_doorbell(db, to, last));
+            }
+            if got < n {
+                return Err(PostError {
+                    index: done + got,
+                    error: Error::SqFull,
+                });
+            }
+            if let Some(error) = refused {
+                return Err(PostError {
+                    index: done + n,
+                    error,
+                });
+            }
+            done += chunk.len();
         }
         Ok(())
     }
