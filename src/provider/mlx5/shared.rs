@@ -14,7 +14,7 @@ use core::ptr::NonNull;
 
 use super::cq::SqRetire;
 use super::layout::{ctrl_flags, Mlx5dvQp};
-use super::sq::{Plan, QpState, Retired, SendQueue, SqConfig, WrSlot};
+use super::sq::{by_shape, Plan, QpState, Retired, SendQueue, SqConfig, WrSlot};
 use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::ring::mp::MpRing;
@@ -163,6 +163,16 @@ impl SharedSendQueue {
     /// The SGE contract of [`SendQueue::post`].
     #[inline]
     pub unsafe fn post(&self, wr: &SendWr<'_>) -> Result<()> {
+        // SAFETY: forwarded contract.
+        by_shape!(wr, unsafe { self.post_shaped(wr) })
+    }
+
+    /// [`SharedSendQueue::post`] for one WR shape (see `by_shape`).
+    ///
+    /// # Safety
+    /// As for [`SharedSendQueue::post`].
+    #[inline(always)]
+    unsafe fn post_shaped(&self, wr: &SendWr<'_>) -> Result<()> {
         if !self.state.can_send() {
             return Err(Error::InvalidQpState);
         }
@@ -227,7 +237,7 @@ impl SharedSendQueue {
             let mut refused = None;
             let mut n = 0;
             for wr in chunk {
-                match self.enc.plan(wr) {
+                match by_shape!(wr, self.enc.plan(wr)) {
                     Ok(p) => {
                         plans[n].write(p);
                         n += 1;
@@ -253,7 +263,7 @@ impl SharedSendQueue {
                 let plan = unsafe { plans[i].assume_init_ref() };
                 // SAFETY: the prefix's BBs were reserved by this thread, in
                 // order; the SGE contract is forwarded.
-                unsafe { self.write(wr, plan, bb) };
+                by_shape!(wr, unsafe { self.write(wr, plan, bb) });
                 bb = bb.wrapping_add(plan.nbb);
             }
             if got > 0 {

@@ -16,6 +16,29 @@ use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::wr::{Payload, QpCaps, SendOp, SendWr};
 
+/// Evaluates `$body` in one of several match arms chosen by the WR's
+/// opcode and payload shape, so that each arm is compiled with that shape
+/// known: the common shapes (one SGE, or inline, on the common opcodes)
+/// get straight-line code even when the WR comes from a caller the
+/// compiler cannot see into (a list, the C ABI). Where the shape is
+/// already known at compile time, the match folds away. Uncommon shapes
+/// share the generic arm.
+macro_rules! by_shape {
+    ($wr:expr, $body:expr) => {
+        match (&$wr.op, &$wr.payload) {
+            ($crate::wr::SendOp::Write { .. }, $crate::wr::Payload::Sges([_])) => $body,
+            ($crate::wr::SendOp::Send, $crate::wr::Payload::Sges([_])) => $body,
+            ($crate::wr::SendOp::Read { .. }, $crate::wr::Payload::Sges([_])) => $body,
+            ($crate::wr::SendOp::WriteImm { .. }, $crate::wr::Payload::Sges([_])) => $body,
+            ($crate::wr::SendOp::SendImm { .. }, $crate::wr::Payload::Sges([_])) => $body,
+            ($crate::wr::SendOp::Write { .. }, $crate::wr::Payload::Inline(_)) => $body,
+            ($crate::wr::SendOp::Send, $crate::wr::Payload::Inline(_)) => $body,
+            _ => $body,
+        }
+    };
+}
+pub(crate) use by_shape;
+
 /// QP states, as far as the data path cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -772,6 +795,16 @@ impl SendQueue {
     /// As for [`SendQueue::post`]; `c` is this queue's cursor.
     #[inline(always)]
     unsafe fn write(&self, c: &mut Cursor, wr: &SendWr<'_>) -> Result<Written> {
+        // SAFETY: forwarded contract.
+        by_shape!(wr, unsafe { self.write_shaped(c, wr) })
+    }
+
+    /// [`SendQueue::write`] for one shape (see [`by_shape`]).
+    ///
+    /// # Safety
+    /// As for [`SendQueue::write`].
+    #[inline(always)]
+    unsafe fn write_shaped(&self, c: &mut Cursor, wr: &SendWr<'_>) -> Result<Written> {
         let plan = self.plan_with(wr, &c.caps)?;
         let pi = c.pi;
         let end = pi.wrapping_add(plan.nbb);
