@@ -4,7 +4,8 @@
 //! Every measured operation lives in an `#[inline(never)]`, `#[no_mangle]`
 //! function (`rdd_post_1`, `rdd_post_16`, `rdd_poll_1`, `rdd_poll_16`,
 //! plus the extra `rdd_post_1_opaque`, `rdd_post_16_opaque`,
-//! `rdd_shared_post_1` and `rdd_shared_post_16`), so that
+//! `rdd_shared_post_1`, `rdd_shared_post_16` and the C-ABI rows
+//! `rdd_abi_post_1`, `rdd_abi_post_16`, `rdd_abi_poll`), so that
 //! `valgrind --tool=callgrind --toggle-collect=<name>` counts exactly the
 //! instructions of those calls. Everything that keeps the queues going
 //! (retiring posted work, posting the WRs that polled CQEs complete,
@@ -20,8 +21,9 @@
 //! Usage: `post_poll [BENCH...] [--iters N]`, BENCH one of `post_1`,
 //! `post_16`, `post_bf`, `poll_1`, `poll_16`, `poll_empty`,
 //! `post_1_opaque`, `post_16_opaque`, `shared_post_1`, `shared_post_16`
-//! (the last two post to a multi-producer queue from one thread; default:
-//! all; `--bench` from
+//! (a multi-producer queue, one thread), `abi_post_1`, `abi_post_16`,
+//! `abi_poll_1`, `abi_poll_16` (the raw-queue C ABI, called as a C program
+//! would; default: all; `--bench` from
 //! `cargo bench` is ignored). For every bench the program prints
 //! `bench=<bench> fn=<function> calls=<n> ops_per_call=<k>`, then a
 //! wall-clock estimate, which is noisy and secondary: the primary number is
@@ -32,6 +34,13 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
+use rdma_direct::ffi::mlx5::{
+    rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_storage, rdd_mlx5_rq_init, rdd_mlx5_rq_storage,
+    rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage,
+    rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
+};
+use rdma_direct::ffi::rdd_status;
+use rdma_direct::ffi::wr::{rdd_sge, rdd_wr, RDD_WR_RDMA_WRITE};
 use rdma_direct::provider::mlx5::{
     BfPolicy, CompletionQueue, Mlx5Qp, SendQueue, SharedSendQueue, SharedStorage, SqConfig,
     SqRetire, Wc, WrSlot,
@@ -205,6 +214,85 @@ pub fn rdd_shared_post_16(sq: &SharedSendQueue, ds: &[WriteDesc; BATCH]) -> bool
     });
     // SAFETY: as in `post_desc`.
     unsafe { sq.post_list(&wrs) }.is_ok()
+}
+
+/// A C caller's request for the descriptor (what `rdd_mlx5_sq_post` reads).
+#[inline(always)]
+fn c_wr(d: &WriteDesc, sge: &rdd_sge) -> rdd_wr {
+    rdd_wr {
+        wr_id: d.wr_id,
+        sg_list: sge,
+        num_sge: 1,
+        opcode: RDD_WR_RDMA_WRITE,
+        flags: d.flags,
+        imm_data: 0,
+        remote_addr: d.raddr,
+        rkey: d.rkey,
+        invalidate_rkey: 0,
+        compare_add: 0,
+        swap: 0,
+    }
+}
+
+/// Extra: what a C program pays to post one WR through the C ABI
+/// (`rdd_mlx5_sq_post` of one `rdd_wr`, then `rdd_mlx5_sq_ring`), the
+/// request built from the descriptor as a C caller would.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
+    let sge = rdd_sge {
+        addr: d.laddr,
+        length: d.len,
+        lkey: d.lkey,
+    };
+    let w = c_wr(d, &sge);
+    let mut bad = 0usize;
+    // SAFETY: a live handle; the request and its SGE are readable; SGEs
+    // are never dereferenced by the fake device.
+    let s = unsafe { rdd_mlx5_sq_post(sq, &w, 1, &mut bad) };
+    if s != rdd_status::Ok {
+        return s;
+    }
+    // SAFETY: as above.
+    unsafe { rdd_mlx5_sq_ring(sq) }
+}
+
+/// Extra: [`BATCH`] WRs through the C ABI (one `rdd_mlx5_sq_post` of an
+/// array, one `rdd_mlx5_sq_ring`).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_post_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH]) -> rdd_status {
+    let sges: [rdd_sge; BATCH] = core::array::from_fn(|i| rdd_sge {
+        addr: ds[i].laddr,
+        length: ds[i].len,
+        lkey: ds[i].lkey,
+    });
+    let ws: [rdd_wr; BATCH] = core::array::from_fn(|i| c_wr(&ds[i], &sges[i]));
+    let mut bad = 0usize;
+    // SAFETY: as in `rdd_abi_post_1`.
+    let s = unsafe { rdd_mlx5_sq_post(sq, ws.as_ptr(), BATCH, &mut bad) };
+    if s != rdd_status::Ok {
+        return s;
+    }
+    // SAFETY: as above.
+    unsafe { rdd_mlx5_sq_ring(sq) }
+}
+
+/// Extra: polling through the C ABI (`rdd_mlx5_cq_poll` of up to `n`).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_poll(
+    cq: &mut rdd_mlx5_cq_storage,
+    sq: &mut rdd_mlx5_sq_storage,
+    rq: &mut rdd_mlx5_rq_storage,
+    out: &mut [rdd_wc; BATCH],
+    n: usize,
+) -> usize {
+    let mut got = 0usize;
+    // SAFETY: live handles; `out` has room for n <= BATCH entries.
+    let s = unsafe { rdd_mlx5_cq_poll(cq, sq, rq, out.as_mut_ptr(), n, &mut got) };
+    assert_eq!(s, rdd_status::Ok);
+    got
 }
 
 fn geometry() -> FakeGeometry {
@@ -391,6 +479,131 @@ fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
     .done();
 }
 
+/// The C-ABI rows: `post_1`/`post_16` measure posting (a CQE per WQE is
+/// written and polled outside the measured function), `poll_1`/`poll_16`
+/// measure polling (posting outside).
+fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize) {
+    let mut f = FakeMlx5::new(geometry());
+    let q = f.dv_qp();
+    let qp = rdd_mlx5dv_qp {
+        dbrec: q.dbrec,
+        sq_buf: q.sq_buf,
+        sq_wqe_cnt: q.sq_wqe_cnt,
+        sq_stride: q.sq_stride,
+        rq_buf: q.rq_buf,
+        rq_wqe_cnt: q.rq_wqe_cnt,
+        rq_stride: q.rq_stride,
+        bf_reg: q.bf_reg,
+        bf_size: q.bf_size,
+        comp_mask: 0,
+        uar_mmap_offset: 0,
+        tirn: 0,
+        tisn: 0,
+        rqn: 0,
+        sqn: 0,
+        tir_icm_addr: 0,
+    };
+    let c = f.dv_cq();
+    let cqd = rdd_mlx5dv_cq {
+        buf: c.buf,
+        dbrec: c.dbrec,
+        cqe_cnt: c.cqe_cnt,
+        cqe_size: c.cqe_size,
+        cq_uar: c.cq_uar,
+        cqn: c.cqn,
+        comp_mask: 0,
+    };
+    let caps = rdd_qp_caps {
+        max_send_sge: 4,
+        max_inline_data: 60,
+        max_recv_sge: f.geo.rq_stride / 16,
+    };
+    let qpn = f.geo.qpn;
+    // SAFETY: the storage types are plain byte arrays: zeroes are valid.
+    let (mut sq, mut rq, mut cq): (
+        Box<rdd_mlx5_sq_storage>,
+        Box<rdd_mlx5_rq_storage>,
+        Box<rdd_mlx5_cq_storage>,
+    ) = unsafe {
+        (
+            Box::new(std::mem::zeroed()),
+            Box::new(std::mem::zeroed()),
+            Box::new(std::mem::zeroed()),
+        )
+    };
+    // SAFETY: the slot type is plain data: zeroes are valid.
+    let mut slots: Vec<rdd_mlx5_sq_slot> = (0..f.geo.sq_wqe_cnt)
+        .map(|_| unsafe { std::mem::zeroed() })
+        .collect();
+    let mut rq_ids = vec![0u64; f.geo.rq_wqe_cnt as usize];
+    // SAFETY: the fake's memory and the tables outlive the handles (all
+    // dropped at the end of this function, handles first: they hold no
+    // destructor, and nothing uses them after the loop).
+    unsafe {
+        let n = slots.len();
+        // No BlueFlame, as in the `post_1` row.
+        let s = rdd_mlx5_sq_init(
+            &mut *sq,
+            &qp,
+            qpn,
+            &caps,
+            RDD_MLX5_SQ_BF_NEVER,
+            slots.as_mut_ptr(),
+            n,
+        );
+        assert_eq!(s, rdd_status::Ok);
+        let n = rq_ids.len();
+        assert_eq!(
+            rdd_mlx5_rq_init(&mut *rq, &qp, &caps, rq_ids.as_mut_ptr(), n),
+            rdd_status::Ok
+        );
+        assert_eq!(rdd_mlx5_cq_init(&mut *cq, &cqd), rdd_status::Ok);
+    }
+    // SAFETY: the C completion entry is plain data: zeroes are valid.
+    let mut out: [rdd_wc; BATCH] = unsafe { std::mem::zeroed() };
+    let (mut id, mut ci, mut pi) = (0u64, 0u32, 0u32);
+    let start = Instant::now();
+    for _ in 0..iters {
+        let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
+        let s = if per == 1 {
+            rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0]))
+        } else {
+            rdd_abi_post_16(black_box(&mut sq), black_box(&ds))
+        };
+        assert_eq!(s, rdd_status::Ok);
+        // One CQE per (signaled) WQE, then the poll that retires them.
+        for _ in 0..per {
+            f.write_cqe(ci, &req_cqe(qpn, pi as u16));
+            ci += 1;
+            pi += 1;
+        }
+        let got = rdd_abi_poll(
+            black_box(&mut cq),
+            black_box(&mut sq),
+            black_box(&mut rq),
+            black_box(&mut out),
+            per,
+        );
+        assert_eq!(got, per);
+        assert_eq!(out[per - 1].wr_id, id + per as u64 - 1);
+        id += per as u64;
+    }
+    assert_eq!(f.dbrec_sq(), pi & 0xffff, "every WQE rung");
+    let func = match (poll, per) {
+        (false, 1) => "rdd_abi_post_1",
+        (false, _) => "rdd_abi_post_16",
+        (true, _) => "rdd_abi_poll",
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call: per as u64,
+        start,
+    }
+    .done();
+}
+
 fn bench_poll(bench: &'static str, iters: u64, per_call: usize) {
     let mut f = FakeMlx5::new(geometry());
     let sq = new_sq(&mut f, BfPolicy::Never);
@@ -483,6 +696,10 @@ fn main() {
         "post_16_opaque",
         "shared_post_1",
         "shared_post_16",
+        "abi_post_1",
+        "abi_post_16",
+        "abi_poll_1",
+        "abi_poll_16",
     ];
     if benches.is_empty() {
         benches = all.iter().map(|s| s.to_string()).collect();
@@ -499,6 +716,10 @@ fn main() {
             "post_16_opaque" => bench_post_opaque("post_16_opaque", iters, true),
             "shared_post_1" => bench_shared("shared_post_1", iters, false),
             "shared_post_16" => bench_shared("shared_post_16", iters, true),
+            "abi_post_1" => bench_abi("abi_post_1", iters, false, 1),
+            "abi_post_16" => bench_abi("abi_post_16", iters, false, BATCH),
+            "abi_poll_1" => bench_abi("abi_poll_1", iters, true, 1),
+            "abi_poll_16" => bench_abi("abi_poll_16", iters, true, BATCH),
             other => {
                 eprintln!("unknown bench {other}; known: {}", all.join(" "));
                 std::process::exit(2);

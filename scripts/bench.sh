@@ -104,6 +104,10 @@ ROWS=(
 	"post_16_opaque|rdd_post_16_opaque|-"
 	"shared_post_1|rdd_shared_post_1|-"
 	"shared_post_16|rdd_shared_post_16|-"
+	"abi_post_1|rdd_abi_post_1|-"
+	"abi_post_16|rdd_abi_post_16|-"
+	"abi_poll_1|rdd_abi_poll|-"
+	"abi_poll_16|rdd_abi_poll|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
@@ -275,6 +279,10 @@ LABEL = {
     "post_16_opaque": ("post_list, 16 opaque WRs (extra)", "instr/WR", None),
     "shared_post_1": ("multi-producer queue, 1 WR per call, one thread (extra)", "instr/WR", None),
     "shared_post_16": ("multi-producer queue, list of 16 WRs, one thread (extra)", "instr/WR", None),
+    "abi_post_1": ("C ABI: post + ring, 1 WR per doorbell (extra)", "instr/WR", None),
+    "abi_post_16": ("C ABI: post + ring, 16 WRs per doorbell (extra)", "instr/WR", None),
+    "abi_poll_1": ("C ABI: poll, 1 CQE per call (extra)", "instr/CQE", None),
+    "abi_poll_16": ("C ABI: poll, 16 CQEs per call (extra)", "instr/CQE", None),
 }
 
 res = []
@@ -319,7 +327,7 @@ for bench, r, c in res:
         else:
             met = f"**no** (+{num(r['ir_op'] - target)})"
             misses.append(f"{label}: {num(r['ir_op'])} > {target}")
-    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith("post") else "—"
+    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post")) else "—"
     print(f"| {label} | {unit} | {num(r['ir_op'])} | {cval} | {ratio} | {tgt} | {met} "
           f"| {fence_str(r)} | {fence_str(c)} | {ibv} |")
 

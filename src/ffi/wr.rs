@@ -7,7 +7,7 @@
 //! typed API cannot express. Capability checks (SGE counts, inline size,
 //! atomic rules) are left to the core, which rejects a WR without writing.
 
-use core::mem::{align_of, offset_of, size_of};
+use core::mem::{align_of, offset_of, size_of, MaybeUninit};
 use core::slice;
 
 use static_assertions::const_assert_eq;
@@ -135,11 +135,14 @@ pub struct rdd_recv_wr {
 #[cfg(target_pointer_width = "64")]
 const_assert_eq!(size_of::<rdd_recv_wr>(), 24);
 
-/// Scratch for the payload slices of one inline send.
-pub(crate) type InlinePieces<'a> = [&'a [u8]; RDD_WR_MAX_INLINE_SGE];
+/// Scratch for the payload slices of one inline send. It starts
+/// uninitialised ([`NO_PIECES`]): only an inline send writes it, and only
+/// the entries it uses, so a caller that posts SGE-based sends pays
+/// nothing for it.
+pub(crate) type InlinePieces<'a> = MaybeUninit<[&'a [u8]; RDD_WR_MAX_INLINE_SGE]>;
 
-/// An empty scratch array.
-pub(crate) const NO_PIECES: InlinePieces<'static> = [&[]; RDD_WR_MAX_INLINE_SGE];
+/// Fresh scratch.
+pub(crate) const NO_PIECES: InlinePieces<'static> = MaybeUninit::uninit();
 
 /// The SGE array of a WR as a typed slice.
 ///
@@ -168,9 +171,9 @@ unsafe fn sge_slice<'a>(list: *const rdd_sge, n: u32, max: usize) -> Result<&'a 
     Ok(unsafe { slice::from_raw_parts(list.cast::<Sge>(), n as usize) })
 }
 
-/// Translates a C send WR. Inline payload slices are stored in `pieces`
-/// (entries past the WR's SGE count are left as they were, so one scratch
-/// array serves a whole batch).
+/// Translates a C send WR. Inline payload slices are stored in the first
+/// entries of `pieces` (the others are not touched, so one scratch array
+/// serves a whole batch of WRs posted one at a time).
 ///
 /// # Safety
 /// `wr.sg_list` must satisfy [`sge_slice`]; for an inline send every entry
@@ -221,26 +224,31 @@ pub(crate) unsafe fn parse_send<'a: 'p, 'p>(
     }
     // SAFETY: forwarded contract.
     let sges = unsafe { sge_slice(wr.sg_list, wr.num_sge, RDD_WR_MAX_INLINE_SGE) }?;
-    for (piece, sge) in pieces.iter_mut().zip(sges) {
-        if sge.length == 0 {
-            *piece = &[];
-            continue;
-        }
-        if sge.addr == 0 {
-            return Err(rdd_status::NullPointer);
-        }
-        let Ok(addr) = usize::try_from(sge.addr) else {
-            return Err(rdd_status::InvalidArgument);
+    let base = pieces.as_mut_ptr().cast::<&'a [u8]>();
+    for (i, sge) in sges.iter().enumerate() {
+        let piece: &'a [u8] = if sge.length == 0 {
+            &[]
+        } else {
+            if sge.addr == 0 {
+                return Err(rdd_status::NullPointer);
+            }
+            let Ok(addr) = usize::try_from(sge.addr) else {
+                return Err(rdd_status::InvalidArgument);
+            };
+            if sge.length as usize > isize::MAX as usize {
+                return Err(rdd_status::InvalidArgument);
+            }
+            // SAFETY: a non-NULL pointer to `length` readable bytes that
+            // live for 'a (caller contract); `length <= isize::MAX`; a `u8`
+            // slice needs no alignment.
+            unsafe { slice::from_raw_parts(addr as *const u8, sge.length as usize) }
         };
-        if sge.length as usize > isize::MAX as usize {
-            return Err(rdd_status::InvalidArgument);
-        }
-        // SAFETY: a non-NULL pointer to `length` readable bytes that live
-        // for 'a (caller contract); `length <= isize::MAX`; a `u8` slice
-        // needs no alignment.
-        *piece = unsafe { slice::from_raw_parts(addr as *const u8, sge.length as usize) };
+        // SAFETY: i < sges.len() <= RDD_WR_MAX_INLINE_SGE (`sge_slice`'s
+        // bound): entry i of the scratch array.
+        unsafe { base.add(i).write(piece) };
     }
-    let pieces: &'p [&'p [u8]] = &pieces[..sges.len()];
+    // SAFETY: entries 0..sges.len() were written above.
+    let pieces: &'p [&'p [u8]] = unsafe { slice::from_raw_parts(base, sges.len()) };
     Ok(SendWr::inline(wr.wr_id, op, pieces, flags))
 }
 
