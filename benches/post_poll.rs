@@ -76,18 +76,31 @@ pub struct WriteDesc {
     pub flags: u32,
 }
 
-/// The typed WR, built where it is posted (as application code does).
+/// The descriptor's SGE.
 #[inline(always)]
-fn post_desc(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
-    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
-    let wr = SendWr::new(
+fn sge_of(d: &WriteDesc) -> [Sge; 1] {
+    [Sge::new(d.laddr, d.len, d.lkey)]
+}
+
+/// The descriptor's typed WR (RDMA WRITE), gathering from `sge`.
+#[inline(always)]
+fn wr_of<'a>(d: &WriteDesc, sge: &'a [Sge; 1]) -> SendWr<'a> {
+    SendWr::new(
         d.wr_id,
         SendOp::Write {
             remote: Remote::new(d.raddr, d.rkey),
         },
-        &sge,
+        sge,
         SendFlags(d.flags),
-    );
+    )
+}
+
+/// Posts the descriptor's WR without a doorbell (the driver loops), the
+/// typed WR built where it is posted, as application code does.
+#[inline(always)]
+fn post_desc(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
+    let sge = sge_of(d);
+    let wr = wr_of(d, &sge);
     // SAFETY: the SGE names memory no device touches (the fake device
     // never reads the ring).
     unsafe { sq.post(&wr) }
@@ -97,15 +110,8 @@ fn post_desc(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
 #[no_mangle]
 #[inline(never)]
 pub fn rdd_post_1(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
-    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
-    let wr = SendWr::new(
-        d.wr_id,
-        SendOp::Write {
-            remote: Remote::new(d.raddr, d.rkey),
-        },
-        &sge,
-        SendFlags(d.flags),
-    );
+    let sge = sge_of(d);
+    let wr = wr_of(d, &sge);
     // SAFETY: as in `post_desc`.
     unsafe { sq.post_one(&wr) }
 }
@@ -119,15 +125,8 @@ pub fn rdd_post_1(sq: &mut SendQueue, d: &WriteDesc) -> Result<()> {
 pub fn rdd_post_16(sq: &mut SendQueue, ds: &[WriteDesc; BATCH]) -> Result<()> {
     let mut b = sq.batch();
     for d in ds {
-        let sge = [Sge::new(d.laddr, d.len, d.lkey)];
-        let wr = SendWr::new(
-            d.wr_id,
-            SendOp::Write {
-                remote: Remote::new(d.raddr, d.rkey),
-            },
-            &sge,
-            SendFlags(d.flags),
-        );
+        let sge = sge_of(d);
+        let wr = wr_of(d, &sge);
         // SAFETY: as in `post_desc`.
         if let Err(e) = unsafe { b.post(&wr) } {
             b.ring();
@@ -178,15 +177,8 @@ pub fn rdd_poll_16(
 #[no_mangle]
 #[inline(never)]
 pub fn rdd_shared_post_1(sq: &SharedSendQueue, d: &WriteDesc) -> Result<()> {
-    let sge = [Sge::new(d.laddr, d.len, d.lkey)];
-    let wr = SendWr::new(
-        d.wr_id,
-        SendOp::Write {
-            remote: Remote::new(d.raddr, d.rkey),
-        },
-        &sge,
-        SendFlags(d.flags),
-    );
+    let sge = sge_of(d);
+    let wr = wr_of(d, &sge);
     // SAFETY: as in `post_desc`.
     unsafe { sq.post(&wr) }
 }
@@ -197,21 +189,8 @@ pub fn rdd_shared_post_1(sq: &SharedSendQueue, d: &WriteDesc) -> Result<()> {
 #[no_mangle]
 #[inline(never)]
 pub fn rdd_shared_post_16(sq: &SharedSendQueue, ds: &[WriteDesc; BATCH]) -> bool {
-    let sges: [[Sge; 1]; BATCH] = core::array::from_fn(|i| {
-        let d = &ds[i];
-        [Sge::new(d.laddr, d.len, d.lkey)]
-    });
-    let wrs: [SendWr<'_>; BATCH] = core::array::from_fn(|i| {
-        let d = &ds[i];
-        SendWr::new(
-            d.wr_id,
-            SendOp::Write {
-                remote: Remote::new(d.raddr, d.rkey),
-            },
-            &sges[i],
-            SendFlags(d.flags),
-        )
-    });
+    let sges: [[Sge; 1]; BATCH] = core::array::from_fn(|i| sge_of(&ds[i]));
+    let wrs: [SendWr<'_>; BATCH] = core::array::from_fn(|i| wr_of(&ds[i], &sges[i]));
     // SAFETY: as in `post_desc`.
     unsafe { sq.post_list(&wrs) }.is_ok()
 }
@@ -344,6 +323,30 @@ struct Report {
     start: Instant,
 }
 
+/// Reports a post bench that measured `names.0` (one WR per call) or, if
+/// `batch`, `names.1` ([`BATCH`] WRs per call).
+fn report_post(
+    bench: &'static str,
+    iters: u64,
+    batch: bool,
+    names: (&'static str, &'static str),
+    start: Instant,
+) {
+    let (func, ops_per_call) = if batch {
+        (names.1, BATCH as u64)
+    } else {
+        (names.0, 1)
+    };
+    Report {
+        bench,
+        func,
+        calls: iters,
+        ops_per_call,
+        start,
+    }
+    .done();
+}
+
 impl Report {
     fn done(self) {
         println!(
@@ -374,19 +377,7 @@ fn bench_post(bench: &'static str, iters: u64, policy: BfPolicy, batch: bool) {
         let last = sq.producer().wrapping_sub(1) as u16;
         sq.retire(last).expect("retire");
     }
-    let (func, k) = if batch {
-        ("rdd_post_16", BATCH as u64)
-    } else {
-        ("rdd_post_1", 1)
-    };
-    Report {
-        bench,
-        func,
-        calls: iters,
-        ops_per_call: k,
-        start,
-    }
-    .done();
+    report_post(bench, iters, batch, ("rdd_post_1", "rdd_post_16"), start);
 }
 
 fn bench_post_opaque(bench: &'static str, iters: u64, batch: bool) {
@@ -412,19 +403,13 @@ fn bench_post_opaque(bench: &'static str, iters: u64, batch: bool) {
         let last = sq.producer().wrapping_sub(1) as u16;
         sq.retire(last).expect("retire");
     }
-    let (func, k) = if batch {
-        ("rdd_post_16_opaque", BATCH as u64)
-    } else {
-        ("rdd_post_1_opaque", 1)
-    };
-    Report {
+    report_post(
         bench,
-        func,
-        calls: iters,
-        ops_per_call: k,
+        iters,
+        batch,
+        ("rdd_post_1_opaque", "rdd_post_16_opaque"),
         start,
-    }
-    .done();
+    );
 }
 
 fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
@@ -464,19 +449,13 @@ fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
         assert_eq!(r.wr_id, id - 1);
     }
     assert_eq!(f.dbrec_sq(), (id & 0xffff) as u32, "every WQE rung");
-    let (func, k) = if batch {
-        ("rdd_shared_post_16", BATCH as u64)
-    } else {
-        ("rdd_shared_post_1", 1)
-    };
-    Report {
+    report_post(
         bench,
-        func,
-        calls: iters,
-        ops_per_call: k,
+        iters,
+        batch,
+        ("rdd_shared_post_1", "rdd_shared_post_16"),
         start,
-    }
-    .done();
+    );
 }
 
 /// The C-ABI rows: `post_1`/`post_16` measure posting (a CQE per WQE is
@@ -484,35 +463,8 @@ fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
 /// measure polling (posting outside).
 fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize) {
     let mut f = FakeMlx5::new(geometry());
-    let q = f.dv_qp();
-    let qp = rdd_mlx5dv_qp {
-        dbrec: q.dbrec,
-        sq_buf: q.sq_buf,
-        sq_wqe_cnt: q.sq_wqe_cnt,
-        sq_stride: q.sq_stride,
-        rq_buf: q.rq_buf,
-        rq_wqe_cnt: q.rq_wqe_cnt,
-        rq_stride: q.rq_stride,
-        bf_reg: q.bf_reg,
-        bf_size: q.bf_size,
-        comp_mask: 0,
-        uar_mmap_offset: 0,
-        tirn: 0,
-        tisn: 0,
-        rqn: 0,
-        sqn: 0,
-        tir_icm_addr: 0,
-    };
-    let c = f.dv_cq();
-    let cqd = rdd_mlx5dv_cq {
-        buf: c.buf,
-        dbrec: c.dbrec,
-        cqe_cnt: c.cqe_cnt,
-        cqe_size: c.cqe_size,
-        cq_uar: c.cq_uar,
-        cqn: c.cqn,
-        comp_mask: 0,
-    };
+    let qp = rdd_mlx5dv_qp::from(f.dv_qp());
+    let cqd = rdd_mlx5dv_cq::from(f.dv_cq());
     let caps = rdd_qp_caps {
         max_send_sge: 4,
         max_inline_data: 60,

@@ -8,6 +8,10 @@ use rdma_direct::api::{Access, ConnectAttr, Device, QpInit, QpModify, QpState, W
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, RecvWr};
 
+#[path = "support/loopback.rs"]
+mod loopback;
+use loopback::connect_loopback;
+
 const SMALL: QpInit = QpInit {
     max_send_wr: 64,
     max_recv_wr: 64,
@@ -72,9 +76,7 @@ fn the_opt_out_allows_it_and_the_overrun_it_risks_is_real() {
     let mut a = pd.create_qp(&cq, &cq, &SMALL).unwrap();
     let mut b = pd.create_qp(&peer_cq, &peer_cq, &SMALL).unwrap();
     assert_eq!(b.state(), QpState::Reset);
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(&ia, &ConnectAttr::default()).unwrap();
+    connect_loopback(&mut a, &mut b, Access::NONE);
     // 40 unsignaled WRITEs (they produce no completion in normal
     // operation, so the run-time headroom check lets them through), then
     // ERROR before the device runs them: a flush completes every one.
@@ -214,9 +216,7 @@ fn guarded_cqs_are_not_metered() {
     let peer_cq = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cq, &cq, &SMALL).unwrap();
     let mut b = pd.create_qp(&peer_cq, &peer_cq, &SMALL).unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(&ia, &ConnectAttr::default()).unwrap();
+    connect_loopback(&mut a, &mut b, Access::NONE);
     let src = pd.register(4096, Access::LOCAL_WRITE).unwrap();
     let dst = pd
         .register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)

@@ -10,6 +10,10 @@ use rdma_direct::api::{
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{RecvWr, Remote, SendFlags, SendOp, SendWr};
 
+#[path = "support/loopback.rs"]
+mod loopback;
+use loopback::connect_loopback;
+
 #[test]
 fn a_bad_rkey_write_is_reported_as_posted() {
     let dev = Device::new(SoftDevice::new(SoftConfig::default()));
@@ -92,9 +96,7 @@ fn a_short_receive_buffer_is_reported_as_posted() {
     let mut cq2 = dev.create_cq(256).unwrap();
     let mut a = pd.create_qp(&cq, &cq, &QpInit::default()).unwrap();
     let mut b = pd.create_qp(&cq2, &cq2, &QpInit::default()).unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(&ia, &ConnectAttr::default()).unwrap();
+    connect_loopback(&mut a, &mut b, Access::NONE);
     let src = pd.register(256, Access::LOCAL_WRITE).unwrap();
     let dst = pd.register(256, Access::LOCAL_WRITE).unwrap();
     let r = [dst.sge(16, 32)];

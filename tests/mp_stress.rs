@@ -38,6 +38,10 @@ use rdma_direct::api::*;
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, PostError, Remote, SendFlags, SendOp, SendWr};
 
+#[path = "support/loopback.rs"]
+mod loopback;
+use loopback::connect_loopback;
+
 const PRODUCERS: u64 = 4;
 /// WRs per list of the producers that post lists (see [`list_len`]).
 const LIST: u64 = 8;
@@ -307,16 +311,7 @@ fn four_producers_millions_of_wrs_each_once() {
     };
     let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
     let mut b = pd.create_qp(&peer_cq, &peer_cq, &init).unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(
-        &ia,
-        &ConnectAttr {
-            access: Access::REMOTE_WRITE,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
     let target = pd
         .register(
             (PRODUCERS * plan.slots() * 8) as usize,

@@ -10,6 +10,10 @@ use rdma_direct::api::*;
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, SendFlags, SendOp, SendWr};
 
+#[path = "support/loopback.rs"]
+mod loopback;
+use loopback::connect_loopback;
+
 #[test]
 fn four_producers_one_poller() {
     const THREADS: u64 = 4;
@@ -31,16 +35,7 @@ fn four_producers_one_poller() {
     let mut b = pd
         .create_qp(&peer_cq, &peer_cq, &QpInit::default())
         .unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(
-        &ia,
-        &ConnectAttr {
-            access: Access::REMOTE_WRITE,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
     let target = Arc::new(
         pd.register(
             (THREADS * 8) as usize,
@@ -140,16 +135,7 @@ fn lists_post_a_prefix_and_report_the_first_refusal() {
     let mut b = pd
         .create_qp(&peer_cq, &peer_cq, &QpInit::default())
         .unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(
-        &ia,
-        &ConnectAttr {
-            access: Access::REMOTE_WRITE,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
     let target = pd
         .register(8 * 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();

@@ -19,6 +19,10 @@ use rdma_direct::ring::submit::{ServiceError, Submission, SubmissionService, Sub
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 
+#[path = "support/loopback.rs"]
+mod loopback;
+use loopback::connect_loopback;
+
 const SUBMITTERS: usize = 4;
 const PER_SUBMITTER: u64 = 10_000;
 /// Each WR writes into its own chunk of the target.
@@ -81,16 +85,7 @@ fn many_submitters_one_poll_mode_thread_batches_writes() {
     };
     let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
     let mut b = pd.create_qp(&cqb, &cqb, &QpInit::default()).unwrap();
-    let (ia, ib) = (a.info(), b.info());
-    a.connect(&ib, &ConnectAttr::default()).unwrap();
-    b.connect(
-        &ia,
-        &ConnectAttr {
-            access: Access::REMOTE_WRITE,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
     let target = pd
         .register(TARGET_LEN, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();

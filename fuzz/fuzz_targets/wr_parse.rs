@@ -351,25 +351,7 @@ struct Harness {
 
 impl Harness {
     fn dv(&self) -> rdd_mlx5dv_qp {
-        let q = self.f.dv_qp();
-        rdd_mlx5dv_qp {
-            dbrec: q.dbrec,
-            sq_buf: q.sq_buf,
-            sq_wqe_cnt: q.sq_wqe_cnt,
-            sq_stride: q.sq_stride,
-            rq_buf: q.rq_buf,
-            rq_wqe_cnt: q.rq_wqe_cnt,
-            rq_stride: q.rq_stride,
-            bf_reg: q.bf_reg,
-            bf_size: q.bf_size,
-            comp_mask: 0,
-            uar_mmap_offset: 0,
-            tirn: 0,
-            tisn: 0,
-            rqn: 0,
-            sqn: 0,
-            tir_icm_addr: 0,
-        }
+        self.f.dv_qp().into()
     }
 
     fn init(&mut self, flags: u32) -> rdd_status {

@@ -219,6 +219,30 @@ impl rdd_mlx5dv_qp {
     }
 }
 
+/// For Rust callers that hold the core's descriptor (tests, benches).
+impl From<Mlx5dvQp> for rdd_mlx5dv_qp {
+    fn from(q: Mlx5dvQp) -> rdd_mlx5dv_qp {
+        rdd_mlx5dv_qp {
+            dbrec: q.dbrec,
+            sq_buf: q.sq_buf,
+            sq_wqe_cnt: q.sq_wqe_cnt,
+            sq_stride: q.sq_stride,
+            rq_buf: q.rq_buf,
+            rq_wqe_cnt: q.rq_wqe_cnt,
+            rq_stride: q.rq_stride,
+            bf_reg: q.bf_reg,
+            bf_size: q.bf_size,
+            comp_mask: q.comp_mask,
+            uar_mmap_offset: q.uar_mmap_offset,
+            tirn: q.tirn,
+            tisn: q.tisn,
+            rqn: q.rqn,
+            sqn: q.sqn,
+            tir_icm_addr: q.tir_icm_addr,
+        }
+    }
+}
+
 /// The fields of `struct mlx5dv_cq` (`mlx5dv_init_obj(MLX5DV_OBJ_CQ)`),
 /// laid out identically on LP64.
 #[repr(C)]
@@ -277,6 +301,21 @@ impl rdd_mlx5dv_cq {
             cq_uar: self.cq_uar,
             cqn: self.cqn,
             comp_mask: self.comp_mask,
+        }
+    }
+}
+
+/// For Rust callers that hold the core's descriptor (tests, benches).
+impl From<Mlx5dvCq> for rdd_mlx5dv_cq {
+    fn from(c: Mlx5dvCq) -> rdd_mlx5dv_cq {
+        rdd_mlx5dv_cq {
+            buf: c.buf,
+            dbrec: c.dbrec,
+            cqe_cnt: c.cqe_cnt,
+            cqe_size: c.cqe_size,
+            cq_uar: c.cq_uar,
+            cqn: c.cqn,
+            comp_mask: c.comp_mask,
         }
     }
 }
@@ -944,38 +983,11 @@ mod tests {
     use std::vec;
 
     fn dv_qp(f: &FakeMlx5) -> rdd_mlx5dv_qp {
-        let q = f.dv_qp();
-        rdd_mlx5dv_qp {
-            dbrec: q.dbrec,
-            sq_buf: q.sq_buf,
-            sq_wqe_cnt: q.sq_wqe_cnt,
-            sq_stride: q.sq_stride,
-            rq_buf: q.rq_buf,
-            rq_wqe_cnt: q.rq_wqe_cnt,
-            rq_stride: q.rq_stride,
-            bf_reg: q.bf_reg,
-            bf_size: q.bf_size,
-            comp_mask: 0,
-            uar_mmap_offset: 0,
-            tirn: 0,
-            tisn: 0,
-            rqn: 0,
-            sqn: 0,
-            tir_icm_addr: 0,
-        }
+        f.dv_qp().into()
     }
 
     fn dv_cq(f: &FakeMlx5) -> rdd_mlx5dv_cq {
-        let c = f.dv_cq();
-        rdd_mlx5dv_cq {
-            buf: c.buf,
-            dbrec: c.dbrec,
-            cqe_cnt: c.cqe_cnt,
-            cqe_size: c.cqe_size,
-            cq_uar: c.cq_uar,
-            cqn: c.cqn,
-            comp_mask: 0,
-        }
+        f.dv_cq().into()
     }
 
     fn zeroed<T>() -> Box<T> {
