@@ -419,3 +419,123 @@ fn arm_writes_doorbell_record_and_uar() {
     let reg = u64::from_be_bytes(e.f.uar.bytes()[0x20..0x28].try_into().unwrap());
     assert_eq!(reg, ((word as u64) << 32) | 0x80);
 }
+
+/// One-slot polls take their own straight-line path for the common case
+/// and hand everything else to the loops. The same mixed stream of CQEs
+/// (signaled and unsignaled WRITEs, a READ with its byte count, a forced
+/// signal, a receive, an error, a stale QPN, a corrupt counter, a wrap of
+/// the CQ) gives the same completions, errors, consumer index, doorbell
+/// record and free space whether it is polled one entry at a time or 16
+/// at a time.
+#[test]
+fn one_slot_polls_match_batch_polls() {
+    type Outcome = Vec<core::result::Result<Wc, Error>>;
+    fn run(slots: usize) -> (Outcome, Vec<u32>, u32, u32, u32, u64) {
+        let mut e = env(FakeGeometry {
+            sq_wqe_cnt: 8,
+            cqe_cnt: 8,
+            ..FakeGeometry::default()
+        });
+        let rbuf = [Sge::new(0x3000, 64, 3)];
+        let read_sge = [Sge::new(0x4000, 8, 4)];
+        let mut out: Outcome = Vec::new();
+        let mut space = Vec::new();
+        let mut ci = 0u32;
+        let mut pi = 0u16;
+        let mut wc = [Wc::default(); 16];
+        // Post `flags` WRITEs (or a READ), write the CQEs, poll until the
+        // CQ is empty.
+        // Free send space after each completion (or error), so space that
+        // a poll fails to retire shows at once.
+        let mut drain = |e: &mut Env, out: &mut Outcome, space: &mut Vec<u32>| loop {
+            let r = e.cq.poll(&mut e.qp, &mut wc[..slots]);
+            match r {
+                Ok(0) => break,
+                Ok(n) => out.extend(wc[..n].iter().map(|w| Ok(*w))),
+                Err(err) => out.push(Err(err)),
+            }
+            space.resize(out.len(), e.qp.sq.free_bbs());
+        };
+        for round in 0..3u64 {
+            let base = round * 100;
+            let post = |e: &mut Env, id: u64, flags: SendFlags| {
+                // SAFETY: the queues live over memory this test owns; SGE addresses are never dereferenced.
+                unsafe { e.qp.sq.post(&write_wr(id, flags)) }.unwrap();
+            };
+            // WRITE signaled, WRITE unsignaled, READ signaled (retires the
+            // unsignaled one silently).
+            post(&mut e, base, SendFlags::SIGNALED);
+            post(&mut e, base + 1, SendFlags::NONE);
+            let read = SendWr::new(
+                base + 2,
+                SendOp::Read {
+                    remote: Remote::new(0x5000, 5),
+                },
+                &read_sge,
+                SendFlags::SIGNALED,
+            );
+            // SAFETY: as above.
+            unsafe { e.qp.sq.post(&read) }.unwrap();
+            e.qp.sq.ring();
+            // A receive for the responder CQE.
+            let rwr = [RecvWr {
+                wr_id: base + 50,
+                sges: &rbuf,
+            }];
+            // SAFETY: as above.
+            unsafe { e.qp.rq.post_list(&rwr) }.unwrap();
+            let mut put = |e: &mut Env, c: [u8; 64]| {
+                e.f.write_cqe(ci, &c);
+                ci += 1;
+            };
+            put(&mut e, req_cqe(pi, 0x08, 0));
+            put(&mut e, req_cqe(pi + 2, 0x10, 8));
+            put(&mut e, resp_cqe(round as u16, 2, 33, 0, 0));
+            // A stale entry of another QP.
+            let mut stale = req_cqe(pi, 0x08, 0);
+            stale[56..60].copy_from_slice(&0x0abcdeu32.to_be_bytes());
+            put(&mut e, stale);
+            drain(&mut e, &mut out, &mut space);
+            pi += 3;
+            // Four unsignaled WRITEs in an 8-BB queue: the guard forces the
+            // last one to signal; its CQE is consumed silently. Then a
+            // signaled one that fails, and a corrupt counter.
+            for k in 0..4 {
+                post(&mut e, base + 10 + k, SendFlags::NONE);
+            }
+            post(&mut e, base + 20, SendFlags::SIGNALED);
+            e.qp.sq.ring();
+            put(&mut e, req_cqe(pi + 3, 0x08, 0));
+            put(&mut e, err_cqe(pi + 4, 13, syndrome::REMOTE_ACCESS, 0x88));
+            put(&mut e, req_cqe(pi.wrapping_add(0x4000), 0x08, 0));
+            drain(&mut e, &mut out, &mut space);
+            pi += 5;
+        }
+        (
+            out,
+            space,
+            e.cq.consumer_index(),
+            e.f.dbrec_cq_ci(),
+            e.qp.sq.free_bbs(),
+            e.cq.stale_cqes(),
+        )
+    }
+    let one = run(1);
+    let batch = run(16);
+    let strip = |r: &(Outcome, Vec<u32>, u32, u32, u32, u64)| (r.0.clone(), r.2, r.3, r.4, r.5);
+    assert_eq!(strip(&one), strip(&batch));
+    // Polled one at a time, each completion retires its WQE at once: the
+    // WRITE frees its BB, the READ the unsignaled WRITE's and its own.
+    assert_eq!(&one.1[..2], &[6, 8]);
+    let (out, _, ci, dbrec, free, stale) = one;
+    // Per round: WRITE, READ, RECV, the error; then the corrupt entry.
+    assert_eq!(out.len(), 15, "{out:?}");
+    assert_eq!((ci, dbrec, free, stale), (21, 21, 8, 3));
+    let read = out[1].as_ref().unwrap();
+    assert_eq!(
+        (read.wr_id, read.opcode, read.byte_len),
+        (2, WcOpcode::RDMA_READ, 8)
+    );
+    assert_eq!(out[4], Err(Error::CqeCorrupt));
+    assert_eq!(out[3].as_ref().unwrap().status, WcStatus::REM_ACCESS_ERR);
+}

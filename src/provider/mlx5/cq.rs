@@ -221,7 +221,59 @@ const _: () = {
     }
 };
 
+/// The CQE64 at consumer index `ci` of the buffer whose first CQE64 is
+/// at `base` (`mask` = entries - 1, `shift` = log2 of the entry size; the
+/// caller passes `mask + 1` too, so a loop computes it once), if
+/// it is owned by software and a successful requester entry without
+/// inline data (the solicited bit, 1, is ignored); else whether the slot is
+/// empty (hardware-owned or never written). Orders the owner-byte load
+/// before any later load of the entry.
+#[inline(always)]
+fn probe_req(
+    base: *const u8,
+    mask: u32,
+    cnt: u32,
+    shift: u32,
+    ci: u32,
+) -> core::result::Result<*const u8, bool> {
+    // SAFETY: (ci & mask) < cqe_cnt: the CQE is inside the buffer (the
+    // caller passes its queue's geometry).
+    let p = unsafe { base.add(((ci & mask) as usize) << shift) };
+    // SAFETY: byte 63 of that CQE.
+    let op_own = unsafe { mmio::load_op_own(p.add(63)) };
+    // The owner bit software expects: the parity of the pass.
+    let owner = (ci & cnt != 0) as u32;
+    if (op_own as u32 ^ owner) & 0xfd != 0 {
+        let empty = op_own >> 4 == cqe_opcode::INVALID || (op_own as u32 ^ owner) & 1 != 0;
+        return Err(empty);
+    }
+    // Order the owner load before the loads of the other fields.
+    mmio::from_device_barrier();
+    Ok(p)
+}
+
 impl Wc {
+    /// The [`Wc::set_words`] image of the successful requester completion
+    /// of retired WQE `r`, from its CQE64 at `p` (only RDMA_READ reads a
+    /// field: the byte count); `qpn_word` is [`Wc::words_pair`]`(0, qpn)`.
+    ///
+    /// # Safety
+    /// `p` points to a software-owned CQE64.
+    #[inline(always)]
+    unsafe fn req_words(r: &Retired, p: *const u8, qpn_word: u64) -> [u64; 6] {
+        let op = (r.opcode & 0x1f) as usize;
+        let t = &REQ_WORDS[op];
+        let len_word = if op == opcode::RDMA_READ as usize {
+            // SAFETY: byte count at a fixed, aligned offset of the CQE
+            // (caller contract); read only when it is reported.
+            let b = u32::from_be(unsafe { p.add(44).cast::<u32>().read() });
+            Wc::words_pair(0, b)
+        } else {
+            t[1]
+        };
+        [r.wr_id, t[0], len_word, qpn_word, t[2], 0]
+    }
+
     /// Two consecutive 32-bit fields (`a` at the lower address) as the
     /// native 64-bit word with that memory image.
     const fn words_pair(a: u32, b: u32) -> u64 {
@@ -532,6 +584,32 @@ impl CompletionQueue {
     /// consumed: [`Error::CqeCompressed`].
     #[inline(always)]
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        // A one-entry poll (known at compile time when `out` is an array)
+        // takes straight-line code without the loops' state.
+        // Its other cases go to the loops out of line, so the common case
+        // needs no saved registers.
+        if let [w] = out {
+            if let Some(n) = self.poll_single_sq(route, w) {
+                return Ok(n);
+            }
+            return self.poll_loops(route, out);
+        }
+        self.poll_loops_inline(route, out)
+    }
+
+    /// The loops of [`CompletionQueue::poll`], out of line.
+    #[inline(never)]
+    fn poll_loops<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
+        self.poll_loops_inline(route, out)
+    }
+
+    /// The loops of [`CompletionQueue::poll`].
+    #[inline(always)]
+    fn poll_loops_inline<R: CqRoute + ?Sized>(
+        &mut self,
+        route: &mut R,
+        out: &mut [Wc],
+    ) -> Result<usize> {
         // The fast loop keeps a QP's retirement state in registers for a
         // run of its CQEs; any entry it does not handle goes to the
         // out-of-line general loop (shared with `poll_to`).
@@ -543,6 +621,52 @@ impl CompletionQueue {
             return Ok(n);
         }
         self.poll_general::<SendQueue, R>(route, out, n, ci)
+    }
+
+    /// [`CompletionQueue::poll`] into a single slot, for the common case
+    /// only: the next CQE is a successful requester entry of a routed QP
+    /// whose WR asked for a completion. Then it is consumed, `w` filled,
+    /// the doorbell record written, and `Some(1)` returned; an empty CQ is
+    /// `Some(0)` (the record is written then too). Anything else returns
+    /// `None` with nothing changed, for the loops to handle. Each CQE field is read once, and the counter is
+    /// checked against the QP's outstanding work before it is used.
+    #[inline(always)]
+    fn poll_single_sq<R: CqRoute + ?Sized>(&mut self, route: &mut R, w: &mut Wc) -> Option<usize> {
+        let ci = self.ci;
+        let (mask, shift) = (self.mask, self.size_shift);
+        let p = match probe_req(self.cqe64_base.as_ptr(), mask, mask + 1, shift, ci) {
+            Ok(p) => p,
+            Err(true) => {
+                // Empty: the record is still written once per call, as the
+                // loops do.
+                // SAFETY: constructor contract on the CQ doorbell record.
+                unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
+                return Some(0);
+            }
+            Err(false) => return None,
+        };
+        // SAFETY: the entry belongs to software; fixed, aligned offsets.
+        let (sdq_raw, counter) = unsafe {
+            (
+                p.add(56).cast::<u32>().read(),
+                u16::from_be(p.add(60).cast::<u16>().read()),
+            )
+        };
+        let qpn = u32::from_be(sdq_raw) & 0x00ff_ffff;
+        let q = route.route(qpn)?;
+        let mut rc = q.sq.retire_cursor();
+        let r = rc.retire(counter)?;
+        if !r.user_signaled {
+            return None;
+        }
+        // SAFETY: `p` is the owned CQE64 the entry came from.
+        w.set_words(unsafe { Wc::req_words(&r, p, Wc::words_pair(0, qpn)) });
+        q.sq.commit_retire(&rc);
+        let ci = ci.wrapping_add(1);
+        self.ci = ci;
+        // SAFETY: constructor contract on the CQ doorbell record.
+        unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
+        Some(1)
     }
 
     /// The fast loop of [`CompletionQueue::poll`]: consumes successful
@@ -563,24 +687,7 @@ impl CompletionQueue {
         let mut ci = self.ci;
         let (base, mask, shift) = (self.cqe64_base.as_ptr(), self.mask, self.size_shift);
         let cnt = mask + 1;
-        // The CQE64 at `ci` if it is owned by software and a successful
-        // requester entry without inline data (the solicited bit, 1, is
-        // ignored); else whether the slot is empty (hardware-owned).
-        let probe = |ci: u32| -> core::result::Result<*const u8, bool> {
-            // SAFETY: (ci & mask) < cqe_cnt: the CQE is inside the buffer.
-            let p = unsafe { base.add(((ci & mask) as usize) << shift) };
-            // SAFETY: byte 63 of that CQE.
-            let op_own = unsafe { mmio::load_op_own(p.add(63)) };
-            // The owner bit software expects: the parity of the pass.
-            let owner = (ci & cnt != 0) as u32;
-            if (op_own as u32 ^ owner) & 0xfd != 0 {
-                let empty = op_own >> 4 == cqe_opcode::INVALID || (op_own as u32 ^ owner) & 1 != 0;
-                return Err(empty);
-            }
-            // Order the owner load before the loads of the other fields.
-            mmio::from_device_barrier();
-            Ok(p)
-        };
+        let probe = |ci: u32| probe_req(base, mask, cnt, shift, ci);
         let mut n = 0usize;
         if out.is_empty() {
             return (0, ci, true);
@@ -610,19 +717,12 @@ impl CompletionQueue {
                 };
                 ci = ci.wrapping_add(1);
                 if r.user_signaled {
-                    let op = (r.opcode & 0x1f) as usize;
-                    let t = &REQ_WORDS[op];
-                    let len_word = if op == opcode::RDMA_READ as usize {
-                        // SAFETY: as above; read only when it is reported.
-                        let b = u32::from_be(unsafe { p.add(44).cast::<u32>().read() });
-                        Wc::words_pair(0, b)
-                    } else {
-                        t[1]
-                    };
+                    // SAFETY: `p` is the owned CQE64 the entry came from.
+                    let words = unsafe { Wc::req_words(&r, p, qpn_word) };
                     // SAFETY: n < out.len(): `out` is not empty, and the
                     // loop returns as soon as n reaches its length.
                     let w = unsafe { out.get_unchecked_mut(n) };
-                    w.set_words([r.wr_id, t[0], len_word, qpn_word, t[2], 0]);
+                    w.set_words(words);
                     n += 1;
                     if n == out.len() {
                         break (true, true);
