@@ -22,8 +22,8 @@
 //! `post_16`, `post_bf`, `poll_1`, `poll_16`, `poll_empty`,
 //! `post_1_opaque`, `post_16_opaque`, `shared_post_1`, `shared_post_16`
 //! (a multi-producer queue, one thread), `abi_post_1`, `abi_post_16`,
-//! `abi_poll_1`, `abi_poll_16` (the raw-queue C ABI, called as a C program
-//! would; default: all; `--bench` from
+//! `abi_poll_1`, `abi_poll_16`, `abi_post_ring_1`, `abi_post_ring_16` (the
+//! raw-queue C ABI, called as a C program would; default: all; `--bench` from
 //! `cargo bench` is ignored). For every bench the program prints
 //! `bench=<bench> fn=<function> calls=<n> ops_per_call=<k>`, then a
 //! wall-clock estimate, which is noisy and secondary: the primary number is
@@ -36,8 +36,8 @@ use std::time::Instant;
 
 use rdma_direct::ffi::mlx5::{
     rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_storage, rdd_mlx5_rq_init, rdd_mlx5_rq_storage,
-    rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage,
-    rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
+    rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_post_ring, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot,
+    rdd_mlx5_sq_storage, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
 };
 use rdma_direct::ffi::rdd_status;
 use rdma_direct::ffi::wr::{rdd_sge, rdd_wr, RDD_WR_RDMA_WRITE};
@@ -213,22 +213,30 @@ fn c_wr(d: &WriteDesc, sge: &rdd_sge) -> rdd_wr {
     }
 }
 
-/// Extra: what a C program pays to post one WR through the C ABI
-/// (`rdd_mlx5_sq_post` of one `rdd_wr`, then `rdd_mlx5_sq_ring`), the
-/// request built from the descriptor as a C caller would.
-#[no_mangle]
-#[inline(never)]
-pub fn rdd_abi_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
-    let sge = rdd_sge {
-        addr: d.laddr,
-        length: d.len,
-        lkey: d.lkey,
-    };
-    let w = c_wr(d, &sge);
+/// The requests `post(array, n)` gets from a C caller posting `ds`, built
+/// from the descriptors as a C program would (`rdd_sge`s and `rdd_wr`s on
+/// the stack).
+#[inline(always)]
+fn with_c_wrs<const N: usize>(
+    ds: &[WriteDesc; N],
+    post: impl FnOnce(*const rdd_wr, usize) -> rdd_status,
+) -> rdd_status {
+    let sges: [rdd_sge; N] = core::array::from_fn(|i| rdd_sge {
+        addr: ds[i].laddr,
+        length: ds[i].len,
+        lkey: ds[i].lkey,
+    });
+    let ws: [rdd_wr; N] = core::array::from_fn(|i| c_wr(&ds[i], &sges[i]));
+    post(ws.as_ptr(), N)
+}
+
+/// `rdd_mlx5_sq_post`, then `rdd_mlx5_sq_ring` if it succeeded.
+#[inline(always)]
+fn c_post_then_ring(sq: &mut rdd_mlx5_sq_storage, ws: *const rdd_wr, n: usize) -> rdd_status {
     let mut bad = 0usize;
-    // SAFETY: a live handle; the request and its SGE are readable; SGEs
-    // are never dereferenced by the fake device.
-    let s = unsafe { rdd_mlx5_sq_post(sq, &w, 1, &mut bad) };
+    // SAFETY: a live handle; `ws` holds `n` requests whose SGEs are
+    // readable; SGEs are never dereferenced by the fake device.
+    let s = unsafe { rdd_mlx5_sq_post(sq, ws, n, &mut bad) };
     if s != rdd_status::Ok {
         return s;
     }
@@ -236,25 +244,44 @@ pub fn rdd_abi_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status
     unsafe { rdd_mlx5_sq_ring(sq) }
 }
 
+/// `rdd_mlx5_sq_post_ring`.
+#[inline(always)]
+fn c_post_ring(sq: &mut rdd_mlx5_sq_storage, ws: *const rdd_wr, n: usize) -> rdd_status {
+    let mut bad = 0usize;
+    // SAFETY: as in `c_post_then_ring`.
+    unsafe { rdd_mlx5_sq_post_ring(sq, ws, n, &mut bad) }
+}
+
+/// Extra: what a C program pays to post one WR through the C ABI
+/// (`rdd_mlx5_sq_post` of one `rdd_wr`, then `rdd_mlx5_sq_ring`).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
+    with_c_wrs(core::array::from_ref(d), |ws, n| {
+        c_post_then_ring(sq, ws, n)
+    })
+}
+
 /// Extra: [`BATCH`] WRs through the C ABI (one `rdd_mlx5_sq_post` of an
 /// array, one `rdd_mlx5_sq_ring`).
 #[no_mangle]
 #[inline(never)]
 pub fn rdd_abi_post_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH]) -> rdd_status {
-    let sges: [rdd_sge; BATCH] = core::array::from_fn(|i| rdd_sge {
-        addr: ds[i].laddr,
-        length: ds[i].len,
-        lkey: ds[i].lkey,
-    });
-    let ws: [rdd_wr; BATCH] = core::array::from_fn(|i| c_wr(&ds[i], &sges[i]));
-    let mut bad = 0usize;
-    // SAFETY: as in `rdd_abi_post_1`.
-    let s = unsafe { rdd_mlx5_sq_post(sq, ws.as_ptr(), BATCH, &mut bad) };
-    if s != rdd_status::Ok {
-        return s;
-    }
-    // SAFETY: as above.
-    unsafe { rdd_mlx5_sq_ring(sq) }
+    with_c_wrs(ds, |ws, n| c_post_then_ring(sq, ws, n))
+}
+
+/// Extra: one WR through the C ABI's combined call (`rdd_mlx5_sq_post_ring`).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_post_ring_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
+    with_c_wrs(core::array::from_ref(d), |ws, n| c_post_ring(sq, ws, n))
+}
+
+/// Extra: [`BATCH`] WRs through `rdd_mlx5_sq_post_ring`.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_post_ring_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH]) -> rdd_status {
+    with_c_wrs(ds, |ws, n| c_post_ring(sq, ws, n))
 }
 
 /// Extra: polling through the C ABI (`rdd_mlx5_cq_poll` of up to `n`).
@@ -461,7 +488,7 @@ fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
 /// The C-ABI rows: `post_1`/`post_16` measure posting (a CQE per WQE is
 /// written and polled outside the measured function), `poll_1`/`poll_16`
 /// measure polling (posting outside).
-fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize) {
+fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize, combined: bool) {
     let mut f = FakeMlx5::new(geometry());
     let qp = rdd_mlx5dv_qp::from(f.dv_qp());
     let cqd = rdd_mlx5dv_cq::from(f.dv_cq());
@@ -517,10 +544,11 @@ fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize) {
     let start = Instant::now();
     for _ in 0..iters {
         let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
-        let s = if per == 1 {
-            rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0]))
-        } else {
-            rdd_abi_post_16(black_box(&mut sq), black_box(&ds))
+        let s = match (combined, per) {
+            (false, 1) => rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0])),
+            (false, _) => rdd_abi_post_16(black_box(&mut sq), black_box(&ds)),
+            (true, 1) => rdd_abi_post_ring_1(black_box(&mut sq), black_box(&ds[0])),
+            (true, _) => rdd_abi_post_ring_16(black_box(&mut sq), black_box(&ds)),
         };
         assert_eq!(s, rdd_status::Ok);
         // One CQE per (signaled) WQE, then the poll that retires them.
@@ -541,10 +569,12 @@ fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize) {
         id += per as u64;
     }
     assert_eq!(f.dbrec_sq(), pi & 0xffff, "every WQE rung");
-    let func = match (poll, per) {
-        (false, 1) => "rdd_abi_post_1",
-        (false, _) => "rdd_abi_post_16",
-        (true, _) => "rdd_abi_poll",
+    let func = match (poll, combined, per) {
+        (true, _, _) => "rdd_abi_poll",
+        (false, false, 1) => "rdd_abi_post_1",
+        (false, false, _) => "rdd_abi_post_16",
+        (false, true, 1) => "rdd_abi_post_ring_1",
+        (false, true, _) => "rdd_abi_post_ring_16",
     };
     Report {
         bench,
@@ -652,6 +682,8 @@ fn main() {
         "abi_post_16",
         "abi_poll_1",
         "abi_poll_16",
+        "abi_post_ring_1",
+        "abi_post_ring_16",
     ];
     if benches.is_empty() {
         benches = all.iter().map(|s| s.to_string()).collect();
@@ -668,10 +700,12 @@ fn main() {
             "post_16_opaque" => bench_post_opaque("post_16_opaque", iters, true),
             "shared_post_1" => bench_shared("shared_post_1", iters, false),
             "shared_post_16" => bench_shared("shared_post_16", iters, true),
-            "abi_post_1" => bench_abi("abi_post_1", iters, false, 1),
-            "abi_post_16" => bench_abi("abi_post_16", iters, false, BATCH),
-            "abi_poll_1" => bench_abi("abi_poll_1", iters, true, 1),
-            "abi_poll_16" => bench_abi("abi_poll_16", iters, true, BATCH),
+            "abi_post_1" => bench_abi("abi_post_1", iters, false, 1, false),
+            "abi_post_16" => bench_abi("abi_post_16", iters, false, BATCH, false),
+            "abi_poll_1" => bench_abi("abi_poll_1", iters, true, 1, false),
+            "abi_poll_16" => bench_abi("abi_poll_16", iters, true, BATCH, false),
+            "abi_post_ring_1" => bench_abi("abi_post_ring_1", iters, false, 1, true),
+            "abi_post_ring_16" => bench_abi("abi_post_ring_16", iters, false, BATCH, true),
             other => {
                 eprintln!("unknown bench {other}; known: {}", all.join(" "));
                 std::process::exit(2);

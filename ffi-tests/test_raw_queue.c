@@ -728,6 +728,64 @@ static void test_sq_full(void)
     queues_fini(&q);
 }
 
+/* rdd_mlx5_sq_post_ring: post and ring in one call. The doorbell covers
+ * WQEs left pending by rdd_mlx5_sq_post, and on a rejected request the
+ * ones before it are posted and rung. */
+static void test_post_ring(void)
+{
+    struct fake_geo geo = FAKE_DEFAULT_GEO;
+    struct queues q;
+    rdd_sge sge = {0x1000, 64, 0x11};
+    rdd_wr w[3];
+    rdd_wr nops[9];
+    size_t bad = 999;
+    int i;
+
+    geo.sq_wqe_cnt = 8;
+    queues_init(&q, geo);
+    /* One WRITE: written and rung by the one call. */
+    w[0] = make_wr(RDD_WR_RDMA_WRITE, RDD_SEND_SIGNALED, 1, &sge, 1);
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, w, 1, &bad), RDD_STATUS_OK);
+    CHECK_EQ(bad, 999);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 1);
+    CHECK_EQ(get_be32(q.f.sq), 0x00000008u); /* index 0, RDMA_WRITE */
+
+    /* One pending WQE, then a list whose second request is rejected: the
+     * pending one and the first of the list are rung. */
+    CHECK_EQ(rdd_mlx5_sq_post(q.sq, w, 1, &bad), RDD_STATUS_OK);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 1);
+    w[1] = make_wr(RDD_WR_RDMA_WRITE, 0, 2, &sge, 1);
+    w[2] = make_wr(RDD_WR_RDMA_WRITE, 0, 3, &sge, 1);
+    w[2].opcode = 77;
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, w + 1, 2, &bad), RDD_STATUS_INVALID_OPCODE);
+    CHECK_EQ(bad, 1);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 3);
+
+    /* A pending WQE and one rejected request: the pending one is rung. */
+    CHECK_EQ(rdd_mlx5_sq_post(q.sq, w, 1, &bad), RDD_STATUS_OK);
+    bad = 999;
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, w + 2, 1, &bad), RDD_STATUS_INVALID_OPCODE);
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 4);
+
+    /* Parameters. */
+    CHECK_EQ(rdd_mlx5_sq_post_ring(NULL, w, 1, &bad), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, NULL, 1, &bad), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, w, 1, NULL), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 4);
+    queues_fini(&q);
+
+    /* A full ring: what fits is posted and rung, the rest is SQ_FULL. */
+    queues_init(&q, geo);
+    for (i = 0; i < 9; i++) {
+        nops[i] = make_wr(RDD_WR_NOP, 0, 300 + (uint64_t)i, NULL, 0);
+    }
+    CHECK_EQ(rdd_mlx5_sq_post_ring(q.sq, nops, 9, &bad), RDD_STATUS_SQ_FULL);
+    CHECK_EQ(bad, 8);
+    CHECK_EQ(fake_dbrec_sq(&q.f), 8);
+    queues_fini(&q);
+}
+
 int main(void)
 {
     struct queues q;
@@ -747,5 +805,6 @@ int main(void)
     queues_fini(&q);
 
     test_sq_full();
+    test_post_ring();
     return h_finish("test_raw_queue");
 }

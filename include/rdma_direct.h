@@ -1505,6 +1505,25 @@ rdd_status rdd_mlx5_sq_post(struct rdd_mlx5_sq_storage *sq,
                             size_t *out_bad_index);
 
 /**
+ * Posts `wrs[0..n]` and rings the send doorbell once, in one call: the
+ * `ibv_post_send` shape, and the cheapest way to post from C (one handle
+ * check, and a single request takes the queue's one-WQE path). The
+ * doorbell covers every WQE written since the last ring, this call's
+ * and any left pending by `rdd_mlx5_sq_post`.
+ *
+ * Stops at the first rejected request with the same rules as
+ * `rdd_mlx5_sq_post` (including when `*out_bad_index` is written); the
+ * requests before it are posted *and rung*.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_post`.
+ */
+rdd_status rdd_mlx5_sq_post_ring(struct rdd_mlx5_sq_storage *sq,
+                                 const struct rdd_wr *wrs,
+                                 size_t n,
+                                 size_t *out_bad_index);
+
+/**
  * Rings the send doorbell for every WQE posted since the last ring
  * (doorbell record, then one 8-byte doorbell or a BlueFlame copy).
  * Does nothing if nothing is pending.

@@ -108,6 +108,8 @@ ROWS=(
 	"abi_post_16|rdd_abi_post_16|-"
 	"abi_poll_1|rdd_abi_poll|-"
 	"abi_poll_16|rdd_abi_poll|-"
+	"abi_post_ring_1|rdd_abi_post_ring_1|-"
+	"abi_post_ring_16|rdd_abi_post_ring_16|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
@@ -283,6 +285,8 @@ LABEL = {
     "abi_post_16": ("C ABI: post + ring, 16 WRs per doorbell (extra)", "instr/WR", None),
     "abi_poll_1": ("C ABI: poll, 1 CQE per call (extra)", "instr/CQE", None),
     "abi_poll_16": ("C ABI: poll, 16 CQEs per call (extra)", "instr/CQE", None),
+    "abi_post_ring_1": ("C ABI: post_ring, 1 WR per call (extra)", "instr/WR", None),
+    "abi_post_ring_16": ("C ABI: post_ring, 16 WRs per call (extra)", "instr/WR", None),
 }
 
 res = []

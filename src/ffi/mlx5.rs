@@ -20,7 +20,7 @@ use crate::provider::mlx5::{
     BfPolicy, CompletionQueue, CqRoute, Mlx5dvCq, Mlx5dvQp, QpQueues, RecvQueue, SendQueue,
     SqConfig, Wc, WcOpcode, WcStatus, WrSlot,
 };
-use crate::wr::QpCaps;
+use crate::wr::{QpCaps, SendWr};
 
 // ---------------------------------------------------------------------
 // Handle storage
@@ -673,33 +673,145 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post(
     out_bad_index: *mut usize,
 ) -> rdd_status {
     ffi_boundary!({
-        non_null!(out_bad_index);
-        // SAFETY: caller contract on `sq`.
-        let queue = try_status!(unsafe { handle::get(sq) });
-        non_null!(wrs);
-        if let Err(status) = check_array(wrs, n) {
-            // SAFETY: non-NULL (checked), valid for a write (contract).
-            unsafe { out_bad_index.write_unaligned(0) };
-            return status;
+        // SAFETY: caller contract.
+        let queue = try_status!(unsafe { send_post_args(sq, wrs, n, out_bad_index) });
+        let post = |swr: &SendWr<'_>| {
+            // SAFETY: the posting contract is the caller's.
+            unsafe { queue.post(swr) }
+        };
+        // SAFETY: `wrs` holds `n` readable requests (checked /
+        // contract); the SGE and payload contracts are the caller's.
+        let failed = unsafe { post_each(wrs, n, post) };
+        // SAFETY: `out_bad_index` is non-NULL (checked) and writable.
+        unsafe { send_post_status(failed, out_bad_index) }
+    })
+}
+
+/// The argument checks of the send posts: the handle, then `wrs` and
+/// `out_bad_index` (a bad `wrs` array writes index 0, as documented).
+///
+/// # Safety
+/// The caller contract of `rdd_mlx5_sq_post`.
+#[inline(always)]
+unsafe fn send_post_args<'a>(
+    sq: *mut rdd_mlx5_sq_storage,
+    wrs: *const rdd_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> Result<&'a mut SendQueue, rdd_status> {
+    if out_bad_index.is_null() {
+        return Err(rdd_status::NullParameter);
+    }
+    // SAFETY: caller contract on `sq`.
+    let queue = unsafe { handle::get(sq) }?;
+    if wrs.is_null() {
+        return Err(rdd_status::NullParameter);
+    }
+    if let Err(status) = check_array(wrs, n) {
+        // SAFETY: non-NULL (checked), valid for a write (contract).
+        unsafe { out_bad_index.write_unaligned(0) };
+        return Err(status);
+    }
+    Ok(queue)
+}
+
+/// Translates `wrs[0..n]` one by one and hands each to `post`; stops at
+/// the first rejected one and returns its index and status.
+///
+/// # Safety
+/// `wrs` points to `n` readable requests; the SGE and payload contract of
+/// [`parse_send`] holds for each.
+#[inline(always)]
+unsafe fn post_each(
+    wrs: *const rdd_wr,
+    n: usize,
+    mut post: impl FnMut(&SendWr<'_>) -> crate::Result<()>,
+) -> Option<(usize, rdd_status)> {
+    let mut pieces = NO_PIECES;
+    for i in 0..n {
+        // SAFETY: i < n, inside the caller's array.
+        let wr = unsafe { &*wrs.add(i) };
+        // SAFETY: forwarded contract.
+        let posted = match unsafe { parse_send(wr, &mut pieces) } {
+            Ok(swr) => post(&swr).map_err(rdd_status::from),
+            Err(s) => Err(s),
+        };
+        if let Err(status) = posted {
+            return Some((i, status));
         }
-        let mut pieces = NO_PIECES;
-        for i in 0..n {
-            // SAFETY: `wrs` is non-NULL, aligned, and points to `n`
-            // readable requests (checked / caller contract).
-            let wr = unsafe { &*wrs.add(i) };
-            // SAFETY: the SGE and payload contract is the caller's.
-            let posted = match unsafe { parse_send(wr, &mut pieces) } {
-                // SAFETY: posting contract forwarded from the caller.
-                Ok(swr) => unsafe { queue.post(&swr) }.map_err(rdd_status::from),
-                Err(s) => Err(s),
+    }
+    None
+}
+
+/// The status of a send post, writing the rejected request's index.
+///
+/// # Safety
+/// `out_bad_index` is non-NULL and valid for a write.
+#[inline(always)]
+unsafe fn send_post_status(
+    failed: Option<(usize, rdd_status)>,
+    out_bad_index: *mut usize,
+) -> rdd_status {
+    match failed {
+        None => rdd_status::Ok,
+        Some((i, status)) => {
+            // SAFETY: caller contract.
+            unsafe { out_bad_index.write_unaligned(i) };
+            status
+        }
+    }
+}
+
+/// Posts `wrs[0..n]` and rings the send doorbell once, in one call: the
+/// `ibv_post_send` shape, and the cheapest way to post from C (one handle
+/// check, and a single request takes the queue's one-WQE path). The
+/// doorbell covers every WQE written since the last ring, this call's
+/// and any left pending by `rdd_mlx5_sq_post`.
+///
+/// Stops at the first rejected request with the same rules as
+/// `rdd_mlx5_sq_post` (including when `*out_bad_index` is written); the
+/// requests before it are posted *and rung*.
+///
+/// # Safety
+/// As for `rdd_mlx5_sq_post`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_mlx5_sq_post_ring(
+    sq: *mut rdd_mlx5_sq_storage,
+    wrs: *const rdd_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> rdd_status {
+    ffi_boundary!({
+        // SAFETY: caller contract.
+        let queue = try_status!(unsafe { send_post_args(sq, wrs, n, out_bad_index) });
+        let failed = if n == 1 {
+            // One request: the queue's one-WQE path (it rings, covering
+            // earlier pending WQEs, only if the request is posted).
+            let post = |swr: &SendWr<'_>| {
+                // SAFETY: the posting contract is the caller's.
+                unsafe { queue.post_one(swr) }
             };
-            if let Err(status) = posted {
-                // SAFETY: non-NULL (checked), valid for a write (contract).
-                unsafe { out_bad_index.write_unaligned(i) };
-                return status;
+            // SAFETY: `wrs` holds one readable request (checked /
+            // contract); the SGE and payload contracts are the caller's.
+            let failed = unsafe { post_each(wrs, 1, post) };
+            if failed.is_some() {
+                queue.ring();
             }
-        }
-        rdd_status::Ok
+            failed
+        } else {
+            let mut batch = queue.batch();
+            let post = |swr: &SendWr<'_>| {
+                // SAFETY: the posting contract is the caller's.
+                unsafe { batch.post(swr) }
+            };
+            // SAFETY: `wrs` holds `n` readable requests (checked /
+            // contract); the SGE and payload contracts are the caller's.
+            let failed = unsafe { post_each(wrs, n, post) };
+            batch.ring();
+            failed
+        };
+        // SAFETY: `out_bad_index` is non-NULL (checked) and writable.
+        unsafe { send_post_status(failed, out_bad_index) }
     })
 }
 
