@@ -21,8 +21,11 @@ use rdma_direct::credit::{CreditConfig, CreditImm, CreditInfo, CreditQp};
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, SendFlags, SendOp, SendWr};
 
+#[path = "support/messages.rs"]
+mod messages;
 #[path = "support/slow_receiver.rs"]
 mod slow_receiver;
+use messages::{check, message, strict, MSG_MAX};
 
 type Dev = Device<SoftDevice>;
 
@@ -39,26 +42,6 @@ const WINDOW: u32 = 16;
 const BATCH: usize = 8;
 /// ...and sleeps this long between batches.
 const PERIOD: Duration = Duration::from_millis(1);
-/// Largest message of the workload.
-const MSG_MAX: usize = 64;
-
-/// Message `seq`: its number (little-endian) then a pattern, 8 to 64 bytes.
-fn message(seq: u64, buf: &mut [u8; MSG_MAX]) -> usize {
-    let len = 8 + (seq as usize * 7) % (MSG_MAX - 7);
-    buf[..8].copy_from_slice(&seq.to_le_bytes());
-    for (i, b) in buf[8..len].iter_mut().enumerate() {
-        *b = (seq as u8).wrapping_mul(31).wrapping_add(i as u8);
-    }
-    len
-}
-
-/// Checks that `msg` is message `seq`, byte for byte.
-fn check(seq: u64, msg: &[u8]) {
-    let mut want = [0u8; MSG_MAX];
-    let len = message(seq, &mut want);
-    assert_eq!(msg.len(), len, "message {seq}: length");
-    assert_eq!(msg, &want[..len], "message {seq}: payload");
-}
 
 /// A QP and the CQ that serves it.
 type Side = (Qp<SoftDevice>, Cq<SoftDevice>);
@@ -77,15 +60,6 @@ fn connected(cfg: SoftConfig, attr: ConnectAttr) -> (Dev, Pd<SoftDevice>, Side, 
     a.connect(&ib, &attr).unwrap();
     b.connect(&ia, &attr).unwrap();
     (dev, pd, (a, cqa), (b, cqb))
-}
-
-/// RNR NAKs fail the QP at once: any RNR at all shows up as an error.
-fn strict() -> ConnectAttr {
-    ConnectAttr {
-        rnr_retry: 0,
-        min_rnr_timer: 1,
-        ..ConnectAttr::default()
-    }
 }
 
 fn cfg(recv_depth: u32) -> CreditConfig {

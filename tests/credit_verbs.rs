@@ -28,7 +28,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_direct::api::{
-    Access, Backend, ConnectAttr, Cq, Device, Pd, Qp, QpInit, QpState, Transport, Wc, WcStatus,
+    Access, Backend, Cq, Device, Pd, Qp, QpInit, QpState, Transport, Wc, WcStatus,
 };
 use rdma_direct::credit::{CreditConfig, CreditQp};
 use rdma_direct::verbs::cm::CmConnection;
@@ -37,8 +37,11 @@ use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr};
 
 mod common;
 use common::*;
+#[path = "support/messages.rs"]
+mod messages;
 #[path = "support/slow_receiver.rs"]
 mod slow_receiver;
+use messages::{check, message, strict, MSG_MAX};
 
 /// Messages in the slow-receiver workload: many times the receive window.
 const STREAM: u64 = 2000;
@@ -53,8 +56,6 @@ const PERIOD: Duration = Duration::from_millis(5);
 /// The fast sender without flow control posts this many SENDs per call
 /// (one doorbell): each burst alone is twice the receive window.
 const BURST: usize = 32;
-/// Largest message of the workload.
-const MSG_MAX: usize = 64;
 /// Upper bound for one whole workload (the VM emulates its CPUs).
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
@@ -79,35 +80,6 @@ fn roce_device(test: &str) -> Option<(String, IpAddr)> {
             assert!(!in_vm(), "{test}: no RoCE device (RXE_DEV) inside the VM");
             None
         }
-    }
-}
-
-/// Message `seq`: its number (little-endian), then bytes derived from it;
-/// 8 to 64 bytes long.
-fn message(seq: u64, buf: &mut [u8; MSG_MAX]) -> usize {
-    let len = 8 + (seq as usize * 13) % (MSG_MAX - 7);
-    buf[..8].copy_from_slice(&seq.to_le_bytes());
-    for (i, b) in buf[8..len].iter_mut().enumerate() {
-        *b = (seq as u8) ^ (i as u8).wrapping_mul(37);
-    }
-    len
-}
-
-/// Checks that `msg` is message `seq`, byte for byte.
-fn check(seq: u64, msg: &[u8]) {
-    let mut want = [0u8; MSG_MAX];
-    let len = message(seq, &mut want);
-    assert_eq!(msg.len(), len, "message {seq}: length");
-    assert_eq!(msg, &want[..len], "message {seq}: payload");
-}
-
-/// Any RNR NAK fails the requester's QP at once (`rnr_retry = 0`), with the
-/// shortest RNR timer. Both workloads use exactly these attributes.
-fn strict() -> ConnectAttr {
-    ConnectAttr {
-        rnr_retry: 0,
-        min_rnr_timer: 1,
-        ..ConnectAttr::default()
     }
 }
 

@@ -14,6 +14,30 @@ use rdma_direct::{Error, SendFlags, SendOp, SendWr};
 mod loopback;
 use loopback::connect_loopback;
 
+/// A writer QP `a` (CQ `cq`, created with `init`) connected to a peer `b`
+/// that lets it write into its regions, on a fresh software device.
+struct Writer {
+    dev: Device<SoftDevice>,
+    pd: Pd<SoftDevice>,
+    cq: Cq<SoftDevice>,
+    a: Qp<SoftDevice>,
+    /// The peer; RDMA WRITEs need no receives, so it is never polled.
+    b: Qp<SoftDevice>,
+}
+
+fn writer(init: &QpInit) -> Writer {
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(1024).unwrap();
+    let peer_cq = dev.create_cq(256).unwrap();
+    let mut a = pd.create_qp(&cq, &cq, init).unwrap();
+    let mut b = pd
+        .create_qp(&peer_cq, &peer_cq, &QpInit::default())
+        .unwrap();
+    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
+    Writer { dev, pd, cq, a, b }
+}
+
 #[test]
 fn four_producers_one_poller() {
     const THREADS: u64 = 4;
@@ -22,20 +46,17 @@ fn four_producers_one_poller() {
     } else {
         100_000
     };
-    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
-    dev.backend().start();
-    let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(1024).unwrap();
-    let peer_cq = dev.create_cq(256).unwrap();
-    let init = QpInit {
+    let Writer {
+        dev,
+        pd,
+        mut cq,
+        a,
+        b,
+    } = writer(&QpInit {
         max_send_wr: 256,
         ..QpInit::default()
-    };
-    let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
-    let mut b = pd
-        .create_qp(&peer_cq, &peer_cq, &QpInit::default())
-        .unwrap();
-    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
+    });
+    dev.backend().start();
     let target = Arc::new(
         pd.register(
             (THREADS * 8) as usize,
@@ -122,20 +143,17 @@ fn four_producers_one_poller() {
 /// completes exactly once, in order.
 #[test]
 fn lists_post_a_prefix_and_report_the_first_refusal() {
-    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
-    let pd = dev.alloc_pd().unwrap();
-    let mut cq = dev.create_cq(1024).unwrap();
-    let peer_cq = dev.create_cq(256).unwrap();
-    let init = QpInit {
+    let Writer {
+        dev,
+        pd,
+        mut cq,
+        a,
+        b,
+    } = writer(&QpInit {
         max_send_wr: 64,
         max_send_sge: 1,
         ..QpInit::default()
-    };
-    let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
-    let mut b = pd
-        .create_qp(&peer_cq, &peer_cq, &QpInit::default())
-        .unwrap();
-    connect_loopback(&mut a, &mut b, Access::REMOTE_WRITE);
+    });
     let target = pd
         .register(8 * 256, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
