@@ -162,6 +162,13 @@ fn rnr_counters(name: &str) -> Option<RnrCounters> {
                 .unwrap_or_else(|e| panic!("{dir}/{c}: {s:?}: {e}")),
         )
     };
+    // The kernel serves hw_counters from a cache that it refreshes at most
+    // once per `lifespan` milliseconds (10 by default). Wait that out, so
+    // a read right after a short workload is not the value from before it
+    // (seen in the VM suite: RNR_RETRY_EXC_ERR completions, counters
+    // unchanged after a 2.5 ms run).
+    let lifespan = read("lifespan").unwrap_or(10);
+    thread::sleep(Duration::from_millis(2 * lifespan + 20));
     let c = (|| {
         Some(RnrCounters {
             naks_sent: read("send_rnr_err")?,
