@@ -1,0 +1,212 @@
+//! The control path a device runs on ([`Backend`]), the portable data-path
+//! traits, and the raw CQ and QP handles a backend hands out.
+
+use std::any::Any;
+use std::boxed::Box;
+use std::sync::Arc;
+
+use crate::error::{Error, PostError, Result};
+use crate::provider::mlx5::{Mlx5dvCq, Mlx5dvQp};
+use crate::wr::{QpCaps, RecvWr, SendWr};
+
+use super::{Access, AsyncEvent, QpInit, QpModify, QpState, Wc};
+
+/// A data path other than the crate's mlx5 core, for the send and
+/// receive queues of one QP: libibverbs' `ibv_post_send` /
+/// `ibv_post_recv` on providers without a direct path (rxe, siw, ...).
+///
+/// Implementations validate every WR with the crate's rules (same typed
+/// errors as the direct path) before handing it to the provider, and stop
+/// at the first refused WR like [`super::Qp::post_send`].
+pub trait PortableQp: Send {
+    /// Posts send WRs, batching them into as few provider calls as it can.
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Posts receive WRs.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Send WRs that can be posted now without overflowing the SQ.
+    fn send_space(&self) -> u32;
+    /// The QP's state as the data path knows it (error completions move it
+    /// to ERROR).
+    fn state(&self) -> QpState;
+    /// The first WR that failed since creation or the last RESET, as it
+    /// was posted (see [`crate::wr::FailedWr`]).
+    fn failure(&self) -> Option<crate::wr::FailedWr> {
+        None
+    }
+    /// Send and receive WRs posted and not yet completed.
+    fn outstanding(&self) -> u64;
+    /// How many send and receive WRs the queues can hold at once.
+    fn capacity(&self) -> (u32, u32);
+    /// Called after a successful state change (so the data path can refuse
+    /// posts the state forbids, and reset its counters on RESET).
+    fn state_changed(&mut self, state: QpState);
+}
+
+/// The completion side of a portable data path: polls one CQ and reports
+/// completions with the user's wr_ids.
+pub trait PortableCq: Send {
+    /// Polls up to `out.len()` completions.
+    fn poll(&mut self, out: &mut [Wc]) -> Result<usize>;
+    /// Entries the CQ holds.
+    fn depth(&self) -> u32;
+    /// Requests an event for the next completion.
+    fn arm(&mut self) -> Result<()>;
+    /// Requests an event for the next solicited (or error) completion.
+    fn arm_solicited(&mut self) -> Result<()> {
+        Err(Error::Unsupported)
+    }
+}
+
+/// The queues of a CQ as a backend hands them out.
+pub enum RawCqPath {
+    /// mlx5 CQ memory, polled by the crate's core.
+    Mlx5(Mlx5dvCq),
+    /// A provider-polled CQ.
+    Portable(Box<dyn PortableCq>),
+}
+
+/// What a backend hands out for a CQ: its queues plus whatever keeps the
+/// memory alive.
+pub struct RawCq {
+    /// The queues.
+    pub path: RawCqPath,
+    /// CQ number (a backend-chosen handle).
+    pub cqn: u32,
+    /// Keeps the queue memory alive while any handle exists.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The queues of a QP as a backend hands them out.
+pub enum RawQpPath {
+    /// mlx5 queue memory (`mlx5dv_qp` fields), written by the crate's core.
+    Mlx5(Mlx5dvQp),
+    /// A provider-posted QP.
+    Portable(Box<dyn PortableQp>),
+}
+
+/// What a backend hands out for a QP.
+pub struct RawQp {
+    /// The queues.
+    pub path: RawQpPath,
+    /// QP number.
+    pub qpn: u32,
+    /// Granted capabilities.
+    pub caps: QpCaps,
+    /// This QP's initial send PSN (24 bits), given to the peer.
+    pub psn: u32,
+    /// Keeps the queue memory alive.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The keys of a registered region. They differ on some devices; use the
+/// lkey in local SGEs and hand the rkey to peers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (meaningless when no remote access was granted).
+    pub rkey: u32,
+}
+
+/// How a port moves RDMA traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// The in-process software HCA.
+    #[default]
+    Soft,
+    /// InfiniBand: addressed by LID; GRH optional.
+    InfiniBand,
+    /// RoCE (InfiniBand transport over Ethernet; v2 over UDP/IP):
+    /// addressed by GID, every packet carries a GRH.
+    Roce,
+    /// iWARP (over TCP): connections only through rdma_cm.
+    Iwarp,
+}
+
+/// Port attributes used to connect QPs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Port number (1-based).
+    pub port_num: u8,
+    /// Transport and link layer.
+    pub transport: Transport,
+    /// Local identifier (InfiniBand).
+    pub lid: u16,
+    /// GID table index QPs send from by default (on RoCE the RoCEv2 IPv4
+    /// entry when there is one).
+    pub gid_index: u8,
+    /// The GID at `gid_index` (RoCE/iWARP addressing).
+    pub gid: [u8; 16],
+    /// Active MTU in bytes.
+    pub mtu: u32,
+}
+
+/// The control path of a device. Implementations may allocate, lock and
+/// make system calls; none of it is on the data path.
+pub trait Backend: Send + Sync + 'static {
+    /// A short name ("soft", "mlx5_0", ...).
+    fn name(&self) -> &str;
+    /// Port attributes.
+    fn port(&self) -> PortInfo;
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> Result<u32>;
+    /// Frees a protection domain.
+    fn dealloc_pd(&self, pd: u32) -> Result<()>;
+    /// Registers memory with exactly `access`; returns its keys.
+    ///
+    /// # Safety
+    /// The memory must stay valid until `dereg_mr` returns.
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<MrKeys>;
+    /// Deregisters the region with local key `lkey`; afterwards the device
+    /// never touches the memory.
+    fn dereg_mr(&self, lkey: u32) -> Result<()>;
+    /// Allocates a type-2 memory window in `pd`, unbound; returns its key.
+    /// [`Error::Unsupported`] where the device (or the data path in use)
+    /// has no windows, which is the default.
+    fn alloc_mw(&self, pd: u32) -> Result<u32> {
+        let _ = pd;
+        Err(Error::Unsupported)
+    }
+    /// Deallocates the window whose key (any generation: the upper 24 bits
+    /// name it) is `rkey`. A bound window is invalidated at once: requests
+    /// with its key fail from then on.
+    fn dealloc_mw(&self, rkey: u32) -> Result<()> {
+        let _ = rkey;
+        Err(Error::Unsupported)
+    }
+    /// Creates a CQ with at least `depth` entries.
+    fn create_cq(&self, depth: u32) -> Result<RawCq>;
+    /// Destroys a CQ.
+    fn destroy_cq(&self, cqn: u32) -> Result<()>;
+    /// Creates an RC QP in RESET.
+    fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp>;
+    /// Changes a QP's state.
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;
+    /// Destroys a QP.
+    fn destroy_qp(&self, qpn: u32) -> Result<()>;
+    /// The worst case of completions a QP created with `init` can put on
+    /// its send and receive CQs (what its queues will hold), for sizing
+    /// CQs before creating QPs; the guard in [`super::Pd::create_qp`] checks the
+    /// exact figure. The default is the WR counts asked for.
+    fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        (init.max_send_wr, init.max_recv_wr)
+    }
+    /// The fd that becomes readable when an armed CQ gets a completion.
+    fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        let _ = cqn;
+        Err(Error::Unsupported)
+    }
+    /// Takes the CQ's pending events without blocking; returns how many.
+    fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        let _ = cqn;
+        Err(Error::Unsupported)
+    }
+    /// Takes the next asynchronous device event without blocking.
+    fn poll_async_event(&self) -> Result<Option<AsyncEvent>> {
+        Ok(None)
+    }
+    /// An fd that is readable while asynchronous events are pending.
+    fn async_event_fd(&self) -> Result<i32> {
+        Err(Error::Unsupported)
+    }
+}

@@ -1,0 +1,107 @@
+//! What a protection domain makes: registered memory and queue pairs
+//! (where the CQ sizing guard runs).
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::sync::Ordering;
+use crate::util::AlignedBuf;
+
+use super::cq::{Cq, CqDemand};
+use super::device::Pd;
+use super::mr::{Mr, RawMr};
+use super::qp::{Mlx5Queues, Qp, QpPath};
+use super::{Access, Backend, QpInit, RawQpPath};
+
+impl<B: Backend> Pd<B> {
+    /// Allocates `len` zeroed, page-aligned bytes and registers them with
+    /// exactly `access` (least privilege: ask only for what peers need).
+    pub fn register(&self, len: usize, access: Access) -> Result<Mr<B>> {
+        let buf = AlignedBuf::new(len);
+        // SAFETY: `buf` lives in the returned Mr, which deregisters before
+        // freeing it (Drop order: key first, then the buffer).
+        let keys = unsafe {
+            self.inner
+                .b
+                .reg_mr(self.inner.pd, buf.ptr() as u64, len as u64, access)
+        }?;
+        Ok(Mr {
+            pd: Arc::clone(&self.inner),
+            keys,
+            access,
+            buf,
+            len,
+        })
+    }
+
+    /// Registers memory the caller owns (the buffer pool's region, see
+    /// [`crate::pool`]) with exactly `access`. The returned [`RawMr`] keeps
+    /// the PD alive and deregisters when dropped.
+    ///
+    /// # Safety
+    /// `addr..addr + len` stays valid memory until the `RawMr` is dropped.
+    pub(crate) unsafe fn register_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<RawMr<B>> {
+        // SAFETY: forwarded contract (valid until the RawMr deregisters).
+        let keys = unsafe {
+            self.inner
+                .b
+                .reg_mr(self.inner.pd, addr as u64, len as u64, access)
+        }?;
+        Ok(RawMr {
+            pd: Arc::clone(&self.inner),
+            keys,
+        })
+    }
+
+    /// Creates an RC QP (in RESET) whose sends complete on `send_cq` and
+    /// receives on `recv_cq`.
+    pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
+        let b = &self.inner.b;
+        let raw = b.create_qp(self.inner.pd, send_cq.inner.cqn, recv_cq.inner.cqn, init)?;
+        let path = match raw.path {
+            RawQpPath::Mlx5(dv) => match Mlx5Queues::new(dv, raw.qpn, raw.caps) {
+                Ok(q) => QpPath::Mlx5(q),
+                Err(e) => {
+                    let _ = b.destroy_qp(raw.qpn);
+                    return Err(e);
+                }
+            },
+            RawQpPath::Portable(p) => QpPath::Portable(p),
+        };
+        // The CQ sizing guard: every WR the queues can hold may complete
+        // at once (a flush completes all of them, signaled or not), so
+        // each CQ must hold the sum over its QPs.
+        let (send_need, recv_need) = match &path {
+            QpPath::Mlx5(q) => (q.dv.sq_wqe_cnt, q.dv.rq_wqe_cnt),
+            QpPath::Portable(p) => p.capacity(),
+        };
+        let demand = CqDemand {
+            send: u64::from(send_need),
+            recv: u64::from(recv_need),
+        };
+        if let Err(e) = demand.commit(&send_cq.inner, &recv_cq.inner) {
+            drop(path);
+            let _ = b.destroy_qp(raw.qpn);
+            return Err(e);
+        }
+        // Relaxed: a count read only by `Qp::drain_and_reset`'s check.
+        send_cq.inner.users.fetch_add(1, Ordering::Relaxed);
+        recv_cq.inner.users.fetch_add(1, Ordering::Relaxed);
+        Ok(Qp {
+            demand,
+            pd: Arc::clone(&self.inner),
+            _send_cq: Arc::clone(&send_cq.inner),
+            _recv_cq: Arc::clone(&recv_cq.inner),
+            qpn: raw.qpn,
+            caps: raw.caps,
+            psn: raw.psn & 0xff_ffff,
+            path,
+            _keep: raw.keep,
+        })
+    }
+}

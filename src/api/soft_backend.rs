@@ -1,0 +1,89 @@
+//! [`Backend`] for the in-process software HCA
+//! ([`crate::soft::SoftDevice`]).
+
+use crate::error::Result;
+
+use super::{
+    Access, AsyncEvent, Backend, MrKeys, PortInfo, QpInit, QpModify, RawCq, RawCqPath, RawQp,
+    RawQpPath, Transport,
+};
+
+impl Backend for crate::soft::SoftDevice {
+    fn name(&self) -> &str {
+        "soft"
+    }
+    fn port(&self) -> PortInfo {
+        PortInfo {
+            port_num: 1,
+            transport: Transport::Soft,
+            lid: 1,
+            gid_index: 0,
+            gid: [0; 16],
+            mtu: 4096,
+        }
+    }
+    fn alloc_pd(&self) -> Result<u32> {
+        Ok(crate::soft::SoftDevice::alloc_pd(self))
+    }
+    fn dealloc_pd(&self, pd: u32) -> Result<()> {
+        crate::soft::SoftDevice::dealloc_pd(self, pd)
+    }
+    unsafe fn reg_mr(&self, pd: u32, addr: u64, len: u64, access: Access) -> Result<MrKeys> {
+        // SAFETY: forwarded contract.
+        let key = unsafe { crate::soft::SoftDevice::reg_mr(self, pd, addr, len, access) }?;
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
+    }
+    fn dereg_mr(&self, lkey: u32) -> Result<()> {
+        crate::soft::SoftDevice::dereg_mr(self, lkey)
+    }
+    fn create_cq(&self, depth: u32) -> Result<RawCq> {
+        let c = crate::soft::SoftDevice::create_cq(self, depth)?;
+        Ok(RawCq {
+            path: RawCqPath::Mlx5(c.dv),
+            cqn: c.cqn,
+            keep: c.mem,
+        })
+    }
+    fn destroy_cq(&self, cqn: u32) -> Result<()> {
+        crate::soft::SoftDevice::destroy_cq(self, cqn)
+    }
+    fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        let q = crate::soft::SoftDevice::create_qp(self, pd, send_cq, recv_cq, init)?;
+        Ok(RawQp {
+            path: RawQpPath::Mlx5(q.dv),
+            qpn: q.qpn,
+            caps: q.caps,
+            psn: 0,
+            keep: q.mem,
+        })
+    }
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
+        crate::soft::SoftDevice::modify_qp(self, qpn, m)
+    }
+    fn destroy_qp(&self, qpn: u32) -> Result<()> {
+        crate::soft::SoftDevice::destroy_qp(self, qpn)
+    }
+    fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
+        crate::soft::queue_sizes(init)
+    }
+    fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
+        crate::soft::SoftDevice::cq_event_fd(self, cqn)
+    }
+    fn cq_event_consume(&self, cqn: u32) -> Result<u32> {
+        crate::soft::SoftDevice::cq_event_consume(self, cqn)
+    }
+    fn poll_async_event(&self) -> Result<Option<AsyncEvent>> {
+        Ok(
+            crate::soft::SoftDevice::poll_async_event(self).map(|e| match e {
+                crate::soft::AsyncEvent::CqOverrun { cqn } => AsyncEvent::CqError { cqn },
+                crate::soft::AsyncEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
+            }),
+        )
+    }
+    fn async_event_fd(&self) -> Result<i32> {
+        crate::soft::SoftDevice::async_event_fd(self)
+    }
+}
