@@ -1,0 +1,298 @@
+//! The library-owned objects behind the handles (device, PD, MR, CQ, QP)
+//! and what they own: buffers, pollers, queues and CQ budgets.
+
+use core::ptr::NonNull;
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::any::Any;
+use std::boxed::Box;
+use std::sync::Arc;
+use std::vec::Vec;
+
+use crate::api::{Backend, Headroom, MrKeys};
+use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, WrSlot};
+use crate::soft::{Access, SoftDevice};
+use crate::wr::QpCaps;
+
+use super::table::{ExclusiveCell, Object, KIND_CQ, KIND_DEVICE, KIND_MR, KIND_PD, KIND_QP};
+
+// ---------------------------------------------------------------------
+// Objects
+// ---------------------------------------------------------------------
+
+pub(super) struct DeviceObj {
+    /// The software device (None for a kernel device).
+    pub(super) soft: Option<SoftDevice>,
+    pub(super) backend: Arc<dyn Backend>,
+    /// Cloned by every PD and CQ.
+    pub(super) link: Arc<()>,
+}
+
+impl Drop for DeviceObj {
+    fn drop(&mut self) {
+        // The device thread holds the device's state alive: stop it.
+        if let Some(s) = &self.soft {
+            s.stop();
+        }
+    }
+}
+
+pub(in crate::ffi) struct PdObj {
+    pub(super) dev: usize,
+    pub(in crate::ffi) backend: Arc<dyn Backend>,
+    pub(in crate::ffi) pd: u32,
+    /// Cloned by every MR, QP and buffer pool.
+    pub(in crate::ffi) link: Arc<()>,
+    pub(super) _dev_link: Arc<()>,
+}
+
+impl Drop for PdObj {
+    fn drop(&mut self) {
+        // No MR or QP is left (link count), so the device agrees.
+        let _ = self.backend.dealloc_pd(self.pd);
+    }
+}
+
+/// A zeroed, page-aligned buffer the library owns. The bytes are only
+/// ever reached through raw pointers (C code and the device write them),
+/// never through Rust references.
+pub(super) struct MrBuf {
+    pub(super) ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl MrBuf {
+    pub(super) fn new(len: usize) -> Option<MrBuf> {
+        let layout = Layout::from_size_align(len.max(64), 4096).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        Some(MrBuf {
+            ptr: NonNull::new(p)?,
+            layout,
+        })
+    }
+}
+
+impl Drop for MrBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+// SAFETY: plain owned heap memory; the struct itself only hands out the
+// address, and whoever writes the bytes (C code, the device) orders its
+// accesses through completions.
+unsafe impl Send for MrBuf {}
+// SAFETY: as above; `&MrBuf` exposes no bytes.
+unsafe impl Sync for MrBuf {}
+
+pub(in crate::ffi) struct MrObj {
+    pub(in crate::ffi) backend: Arc<dyn Backend>,
+    pub(in crate::ffi) pd: u32,
+    pub(in crate::ffi) keys: MrKeys,
+    pub(in crate::ffi) access: Access,
+    pub(in crate::ffi) len: usize,
+    pub(super) buf: MrBuf,
+    /// Cloned by every exposure of the region (`ffi::expose`).
+    pub(in crate::ffi) link: Arc<()>,
+    pub(in crate::ffi) pd_link: Arc<()>,
+}
+
+impl MrObj {
+    /// The buffer's address.
+    pub(in crate::ffi) fn addr(&self) -> u64 {
+        self.buf.ptr.as_ptr() as u64
+    }
+}
+
+impl Drop for MrObj {
+    fn drop(&mut self) {
+        // Deregister first: afterwards the device never touches the
+        // buffer, which is freed with the fields.
+        let _ = self.backend.dereg_mr(self.keys.lkey);
+    }
+}
+
+pub(super) struct CqObj {
+    pub(super) dev: usize,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) cqn: u32,
+    pub(super) cq: ExclusiveCell<CqImpl>,
+    /// The sizing guard's account.
+    pub(super) budget: Arc<CqBudget>,
+    /// The adaptive waiter's learnt state (`rdd_cq_wait`).
+    pub(super) adaptive: ExclusiveCell<crate::event::Adaptive>,
+    /// Cloned once by every QP that completes here.
+    pub(super) link: Arc<()>,
+    pub(super) _keep: Arc<dyn Any + Send + Sync>,
+    pub(super) _dev_link: Arc<()>,
+}
+
+impl Drop for CqObj {
+    fn drop(&mut self) {
+        // No QP uses the CQ (link count); destroy it before its memory
+        // (`_keep`) is released with the fields.
+        let _ = self.backend.destroy_cq(self.cqn);
+    }
+}
+
+impl CqObj {
+    /// QPs that complete on this CQ.
+    pub(super) fn attached(&self) -> usize {
+        Arc::strong_count(&self.link) - 1
+    }
+}
+
+/// The poller behind a C CQ handle.
+pub(super) enum CqImpl {
+    /// The crate's mlx5 core (software device, ConnectX).
+    Mlx5(CompletionQueue),
+    /// A provider-polled CQ (the verbs backend's rxe/siw rings or
+    /// libibverbs).
+    Portable(Box<dyn crate::api::PortableCq>),
+}
+
+impl CqImpl {
+    pub(super) fn arm(&mut self, solicited_only: bool) -> crate::error::Result<()> {
+        match self {
+            CqImpl::Mlx5(cq) => cq.arm(solicited_only),
+            CqImpl::Portable(p) if solicited_only => p.arm_solicited(),
+            CqImpl::Portable(p) => p.arm(),
+        }
+    }
+}
+
+/// The data path behind a C QP handle.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum QpImpl {
+    /// The crate's mlx5 core (inline: no pointer chase when posting).
+    Mlx5(QpQueuesOwned),
+    /// A provider-posted QP (the verbs backend's rxe/siw rings or
+    /// libibverbs).
+    Portable(Box<dyn crate::api::PortableQp>),
+}
+
+impl QpImpl {
+    /// The first WR that failed since creation or RESET.
+    pub(super) fn failure(&self) -> Option<crate::wr::FailedWr> {
+        match self {
+            QpImpl::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
+            QpImpl::Portable(p) => p.failure(),
+        }
+    }
+
+    /// Send and receive WRs posted and not yet completed.
+    pub(super) fn outstanding(&self) -> u64 {
+        match self {
+            QpImpl::Mlx5(q) => {
+                u64::from(q.sq.producer().wrapping_sub(q.sq.retired()))
+                    + u64::from(q.rq.head().wrapping_sub(q.rq.tail()))
+            }
+            QpImpl::Portable(p) => p.outstanding(),
+        }
+    }
+}
+
+pub(super) struct QpQueuesOwned {
+    pub(super) sq: SendQueue,
+    pub(super) rq: RecvQueue,
+}
+
+/// A CQ's sizing-guard account (as `api::Cq`'s): its depth, the worst-case
+/// completions its QPs could have outstanding, and the opt-out.
+pub(super) struct CqBudget {
+    pub(super) capacity: u64,
+    pub(super) committed: core::sync::atomic::AtomicU64,
+    pub(super) unguarded: core::sync::atomic::AtomicBool,
+    /// The run-time check of an unguarded CQ (as `api::Cq`'s).
+    pub(super) headroom: Headroom,
+}
+
+impl CqBudget {
+    /// Whether posts must check the CQ's headroom.
+    #[inline(always)]
+    pub(super) fn metered(&self) -> bool {
+        // Relaxed: a setting, changed on the control path.
+        self.unguarded.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Adds `n` unless that would exceed the depth of a guarded CQ.
+    pub(super) fn charge(&self, n: u64) -> bool {
+        use core::sync::atomic::Ordering::Relaxed;
+        // Relaxed: a counter of the control path; the handle table's
+        // exclusive access to the CQ serialises QP creation on it anyway.
+        let unguarded = self.unguarded.load(Relaxed);
+        self.committed
+            .fetch_update(Relaxed, Relaxed, |c| {
+                (unguarded || c + n <= self.capacity).then_some(c + n)
+            })
+            .is_ok()
+    }
+
+    pub(super) fn release(&self, n: u64) {
+        // Relaxed: as in `charge`.
+        let _ = self.committed.fetch_update(
+            core::sync::atomic::Ordering::Relaxed,
+            core::sync::atomic::Ordering::Relaxed,
+            |c| Some(c.saturating_sub(n)),
+        );
+    }
+}
+
+pub(super) struct QpObj {
+    /// What this QP charged to its CQs' budgets (released on drop).
+    pub(super) charges: Vec<(Arc<CqBudget>, u64)>,
+    /// The send and receive CQs' accounts (run-time headroom).
+    pub(super) send_budget: Arc<CqBudget>,
+    pub(super) recv_budget: Arc<CqBudget>,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) qpn: u32,
+    pub(super) caps: QpCaps,
+    pub(super) send_cq: usize,
+    pub(super) recv_cq: usize,
+    pub(super) doorbells: u64,
+    pub(super) q: ExclusiveCell<QpImpl>,
+    /// Initial send PSN.
+    pub(super) psn: u32,
+    /// Send rate limit for the next connect (kbit/s, 0: none).
+    pub(super) rate_limit_kbps: u32,
+    // Side tables the queues point into (heap buffers do not move).
+    pub(super) _sq_wrid: Vec<WrSlot>,
+    pub(super) _rq_wrid: Vec<u64>,
+    pub(super) _keep: Arc<dyn Any + Send + Sync>,
+    pub(super) _pd_link: Arc<()>,
+    pub(super) _cq_links: Vec<Arc<()>>,
+}
+
+impl Drop for QpObj {
+    fn drop(&mut self) {
+        // The device stops touching the queues; the memory and the side
+        // tables go with the fields afterwards.
+        let _ = self.backend.destroy_qp(self.qpn);
+        for (b, n) in &self.charges {
+            b.release(*n);
+        }
+    }
+}
+
+// SAFETY: each kind value is used by exactly one type.
+unsafe impl Object for DeviceObj {
+    const KIND: u8 = KIND_DEVICE;
+}
+// SAFETY: as above.
+unsafe impl Object for PdObj {
+    const KIND: u8 = KIND_PD;
+}
+// SAFETY: as above.
+unsafe impl Object for MrObj {
+    const KIND: u8 = KIND_MR;
+}
+// SAFETY: as above.
+unsafe impl Object for CqObj {
+    const KIND: u8 = KIND_CQ;
+}
+// SAFETY: as above.
+unsafe impl Object for QpObj {
+    const KIND: u8 = KIND_QP;
+}

@@ -1,0 +1,158 @@
+//! One-call QP recovery: drain to ERROR, reset, optionally reconnect.
+
+use core::ffi::c_void;
+use core::mem::{size_of, MaybeUninit};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use static_assertions::const_assert_eq;
+
+use crate::ffi::mlx5::rdd_wc;
+use crate::ffi::status::rdd_status;
+use crate::provider::mlx5::{QpState, Wc};
+use crate::soft::QpModify;
+
+use super::cq::{poll_counted, QpList};
+use super::objects::{CqObj, QpObj};
+use super::qp::{connect_attr_or_default, connect_obj, failed_wr_c, modify_obj, rdd_failed_wr};
+use super::table::excl;
+use super::types::{rdd_connect_attr, rdd_qp, rdd_qp_info};
+use super::{h, put};
+
+/// A completion callback for `rdd_qp_recover`: called once per completion
+/// drained, with the `ctx` given to `rdd_qp_recover`. It must not call back
+/// into this QP or its CQs (they are held busy) and must not unwind.
+pub type rdd_wc_fn = Option<unsafe extern "C" fn(ctx: *mut c_void, wc: *const rdd_wc)>;
+
+/// What `rdd_qp_recover` found and did.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdd_recovery {
+    /// Completions handed to the callback while draining.
+    pub reported: u64,
+    /// 1 if `failure` holds the first WR that failed, else 0.
+    pub has_failure: u32,
+    /// Written as 0.
+    pub reserved: u32,
+    /// The first failed WR as posted (valid if `has_failure`).
+    pub failure: rdd_failed_wr,
+}
+
+const_assert_eq!(size_of::<rdd_recovery>(), 72);
+
+/// One-call QP recovery (after an error completion or a fatal QP event).
+///
+/// Moves `qp` to ERROR (unless it is there), polls its CQ(s) until every
+/// outstanding WR has completed, handing each completion to `on_wc`
+/// exactly once (flushed WRs included, unsignaled ones too), then moves it
+/// through RESET, which resynchronises the queue counters and the CQ
+/// consumer state. With `peer` non-NULL it then reconnects (INIT → RTR →
+/// RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
+/// same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
+/// QP is left in RESET.
+///
+/// The QP's CQs must serve only this QP (another QP's completions would be
+/// consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
+/// `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
+/// count of completions reported and the first failed WR.
+///
+/// # Safety
+/// `peer`, `attr` and `out` are NULL or valid; `on_wc` is NULL or a
+/// function safe to call with `ctx` and a completion.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_qp_recover(
+    qp: *mut rdd_qp,
+    peer: *const rdd_qp_info,
+    attr: *const rdd_connect_attr,
+    timeout_ns: u64,
+    on_wc: rdd_wc_fn,
+    ctx: *mut c_void,
+    out: *mut rdd_recovery,
+) -> rdd_status {
+    ffi_boundary!({
+        // SAFETY: NULL or readable (caller contract).
+        let attr = unsafe { connect_attr_or_default(attr) };
+        let peer = if peer.is_null() {
+            None
+        } else {
+            // SAFETY: non-NULL and readable (caller contract).
+            Some(unsafe { peer.read_unaligned() })
+        };
+        let g = try_status!(excl::<QpObj>(h(qp)));
+        let (scq_h, rcq_h) = (g.send_cq, g.recv_cq);
+        let mut scq = try_status!(excl::<CqObj>(scq_h));
+        let mut rcq = if rcq_h == scq_h {
+            None
+        } else {
+            Some(try_status!(excl::<CqObj>(rcq_h)))
+        };
+        if scq.attached() != 1 || rcq.as_ref().is_some_and(|r| r.attached() != 1) {
+            return rdd_status::ResourceBusy;
+        }
+        let mut list = QpList::new();
+        list.push(g);
+        // Always through the device (its state may lag ours; see
+        // `api::Qp::drain_and_reset`).
+        try_status!(modify_obj(
+            &mut list.as_mut_slice()[0],
+            &QpModify::to(QpState::Error)
+        ));
+        let outstanding = |l: &mut QpList| l.as_mut_slice()[0].q.get_mut().outstanding();
+        let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
+        let mut reported = 0u64;
+        let mut wc = [Wc::default(); 32];
+        while outstanding(&mut list) != 0 {
+            let mut n = 0;
+            for cq in core::iter::once(&mut scq).chain(rcq.as_mut()) {
+                let budget = Arc::clone(&cq.budget);
+                let m = match poll_counted(cq.cq.get_mut(), &budget, &mut list, &mut wc) {
+                    Ok(m) => m,
+                    Err(e) => return e.into(),
+                };
+                if let Some(f) = on_wc {
+                    for w in &wc[..m] {
+                        // SAFETY: the caller's contract on `on_wc`;
+                        // `rdd_wc` has the layout of `Wc` (asserted in the
+                        // mlx5 module).
+                        unsafe { f(ctx, (w as *const Wc).cast::<rdd_wc>()) };
+                    }
+                }
+                n += m;
+            }
+            reported += n as u64;
+            if n == 0 {
+                if std::time::Instant::now() >= deadline {
+                    return rdd_status::Timeout;
+                }
+                std::thread::yield_now();
+            }
+        }
+        // After the drain (the failed WR's completion may be among those
+        // drained); RESET clears the record.
+        let failure = list.as_mut_slice()[0].q.get_mut().failure();
+        try_status!(modify_obj(
+            &mut list.as_mut_slice()[0],
+            &QpModify::to(QpState::Reset)
+        ));
+        if let Some(p) = &peer {
+            try_status!(connect_obj(&mut list.as_mut_slice()[0], p, &attr));
+        }
+        if !out.is_null() {
+            let r = rdd_recovery {
+                reported,
+                has_failure: failure.is_some() as u32,
+                reserved: 0,
+                failure: failure.as_ref().map_or(
+                    // SAFETY: all-zero is a valid `rdd_failed_wr` (plain
+                    // integers).
+                    unsafe { MaybeUninit::<rdd_failed_wr>::zeroed().assume_init() },
+                    failed_wr_c,
+                ),
+            };
+            // SAFETY: non-NULL (checked), writable (caller contract).
+            unsafe { put(out, r) };
+        }
+        rdd_status::Ok
+    })
+}
