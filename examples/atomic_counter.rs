@@ -320,7 +320,15 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
     } else {
         println!("                    RDMA FETCH_AND_ADD on one shared counter (kernel device)");
     }
-    println!(" Device         : {}", B::label(&dev));
+    let pollers: Vec<String> = (0..args.threads).map(|i| format!("worker {i}")).collect();
+    let pollers: Vec<&str> = pollers.iter().map(String::as_str).collect();
+    common::print_context(
+        &dev,
+        "FETCH_AND_ADD operations per second on one remote counter, all threads \
+         together, and whether the final value and every returned old value are exact",
+        &pollers,
+        15,
+    );
     println!(
         " QPs            : {} requester QPs (one per thread) -> {} peer QPs, one counter MR",
         args.threads, args.threads
@@ -328,10 +336,6 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
     println!(
         " Doorbell batch : {} FETCH_AND_ADDs per post_send, only the last signaled",
         args.batch
-    );
-    println!(
-        " Cores          : {}",
-        thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!("{line}");
     println!(

@@ -616,7 +616,13 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     let line = "-".repeat(86);
     println!("{line}");
     println!("                    RC SEND/RECV ping-pong latency (one-way = RTT/2)");
-    println!(" Device         : {}", B::label(&dev));
+    common::print_context(
+        &dev,
+        "one-way latency: half the round trip of a SEND answered by a SEND, \
+         timed by the client thread",
+        &["client", "server"],
+        15,
+    );
     println!(" Transport      : RC, 1 QP per side, each owned by its own thread");
     println!(
         " Inline         : {} (up to {inline_max} bytes)",

@@ -6,9 +6,63 @@
 //!
 //! Run: `cargo run --release --example wqe_tour`
 
+use rdma_direct::provider::mlx5::layout::{ctrl_flags, opcode};
 use rdma_direct::provider::mlx5::*;
 use rdma_direct::testutil::{decode_wqe, FakeGeometry, FakeMlx5};
 use rdma_direct::*;
+
+/// The name of an mlx5 send opcode (`MLX5_OPCODE_*` in `mlx5dv.h`).
+fn opcode_name(op: u8) -> &'static str {
+    match op {
+        opcode::NOP => "NOP",
+        opcode::SEND_INVAL => "SEND_INVAL",
+        opcode::RDMA_WRITE => "RDMA_WRITE",
+        opcode::RDMA_WRITE_IMM => "RDMA_WRITE_IMM",
+        opcode::SEND => "SEND",
+        opcode::SEND_IMM => "SEND_IMM",
+        opcode::RDMA_READ => "RDMA_READ",
+        opcode::ATOMIC_CS => "ATOMIC_CS",
+        opcode::ATOMIC_FA => "ATOMIC_FA",
+        _ => "?",
+    }
+}
+
+/// The control segment's fence/completion/solicited byte in words.
+fn flag_names(fm_ce_se: u8) -> String {
+    let mut v = Vec::new();
+    if fm_ce_se & ctrl_flags::FENCE != 0 {
+        v.push("fence");
+    }
+    if fm_ce_se & ctrl_flags::INITIATOR_SMALL_FENCE != 0 {
+        v.push("small fence");
+    }
+    if fm_ce_se & ctrl_flags::CQ_UPDATE != 0 {
+        v.push("signaled");
+    }
+    if fm_ce_se & ctrl_flags::SOLICITED != 0 {
+        v.push("solicited");
+    }
+    if v.is_empty() {
+        "unsignaled".into()
+    } else {
+        v.join("+")
+    }
+}
+
+/// The name of a completion opcode (`IBV_WC_*` numbering).
+fn wc_opcode_name(op: WcOpcode) -> &'static str {
+    match op {
+        WcOpcode::SEND => "SEND",
+        WcOpcode::RDMA_WRITE => "RDMA_WRITE",
+        WcOpcode::RDMA_READ => "RDMA_READ",
+        WcOpcode::COMP_SWAP => "COMP_SWAP",
+        WcOpcode::FETCH_ADD => "FETCH_ADD",
+        WcOpcode::BIND_MW => "BIND_MW",
+        WcOpcode::LOCAL_INV => "LOCAL_INV",
+        WcOpcode::RECV => "RECV",
+        _ => "?",
+    }
+}
 
 fn hex(b: &[u8]) -> String {
     b.chunks(4)
@@ -76,37 +130,60 @@ fn main() -> Result<()> {
         ),
     ];
     println!(
-        "posting {} WRs with one doorbell (QPN {:#x}, SQ {} BBs)",
+        "Posting {} WRs with one doorbell: QP number {:#x}, send queue of {} basic blocks (BBs) of 64 bytes.",
         wrs.len(),
         qp.sq.qpn(),
         qp.sq.wqe_cnt()
     );
+    println!("The software never touches a device here: the queues are plain memory laid out as a");
+    println!("ConnectX QP's, and the bytes below are what the NIC would read (big-endian words).");
+    println!();
     let mut starts = Vec::new();
     for wr in &wrs {
         starts.push(qp.sq.producer());
-        // SAFETY: the addresses are never dereferenced: nothing but this
-        // program reads the fake queue memory.
-        // SAFETY: the queues live over memory this test owns; SGE addresses point at test buffers or are never dereferenced.
+        // SAFETY: the queues live over memory this program owns; the SGE
+        // addresses are never dereferenced (nothing but this program reads
+        // the fake queue memory).
         unsafe { qp.sq.post(wr)? };
     }
     qp.sq.ring();
+    println!(
+        " {:>5}  {:>4}  {:<21} {:>2}  {:<16}  control segment (16 bytes)",
+        "wr_id", "slot", "opcode", "DS", "flags"
+    );
     for (wr, start) in wrs.iter().zip(&starts) {
         let slot = start % qp.sq.wqe_cnt();
         let d = decode_wqe(dev.sq_bytes(), slot).expect("decodes");
+        let op = format!("{} ({:#04x})", opcode_name(d.opcode), d.opcode);
         println!(
-            "  wr_id {} -> slot {slot:2} opcode {:#04x} ds {:2} fm_ce_se {:#04x}  {}",
+            " {:>5}  {slot:>4}  {op:<21} {:>2}  {:<16}  {}",
             wr.wr_id,
-            d.opcode,
             d.ds,
-            d.fm_ce_se,
+            flag_names(d.fm_ce_se),
             hex(&dev.sq_bytes()[slot as usize * 64..slot as usize * 64 + 16])
         );
     }
+    println!();
     println!(
-        "doorbell record (SQ) = {:#x}; doorbell register got the last WQE's first 8 bytes: {}",
+        "Reading a control segment: word 0 = WQE index << 8 | opcode; word 1 = QP number << 8 |"
+    );
+    println!(
+        "DS, the WQE's size in 16-byte units (control 1, remote address 1, atomic 1, each data"
+    );
+    println!("segment 1, inline data rounded up); word 2 = fence/completion/solicited flags");
+    println!("(0x80 fence, 0x08 signaled, 0x02 solicited); word 3 = immediate data (SEND_IMM,");
+    println!("RDMA_WRITE_IMM). Layouts: docs/spec/mlx5.md §3-§5.");
+    println!();
+    println!(
+        "Doorbell record (send): {:#x}, the producer counter in BBs after {} one-BB WQEs.",
         dev.dbrec_sq(),
+        wrs.len()
+    );
+    println!(
+        "Doorbell register: the last WQE's first 8 bytes, {} (one 8-byte write; docs/spec/mlx5.md §7).",
         hex(&dev.bf.bytes()[..8])
     );
+    println!();
 
     // One bad WR: a typed error, nothing written.
     let bad = SendWr::new(
@@ -120,7 +197,9 @@ fn main() -> Result<()> {
     );
     // SAFETY: as above.
     match unsafe { qp.sq.post(&bad) } {
-        Err(e) => println!("misaligned atomic refused: {e}"),
+        Err(e) => println!(
+            "A FETCH_AND_ADD to a misaligned address is refused before anything is written: {e}"
+        ),
         Ok(()) => unreachable!("validation must refuse a misaligned atomic"),
     }
 
@@ -133,14 +212,25 @@ fn main() -> Result<()> {
     dev.write_cqe(0, &cqe);
     let mut wc = [Wc::default(); 8];
     let n = cq.poll(&mut qp, &mut wc)?;
+    println!();
+    println!("The device writes one CQE, for the last WQE only (slot 7, signaled):");
     for w in &wc[..n] {
+        let status = if w.status == WcStatus::SUCCESS {
+            "success"
+        } else {
+            "error"
+        };
         println!(
-            "completion: wr_id {} status {} opcode {} byte_len {}",
-            w.wr_id, w.status.0, w.opcode.0, w.byte_len
+            "  completion: wr_id {}, status {} ({status}), opcode {} ({}), byte_len {}",
+            w.wr_id,
+            w.status.0,
+            wc_opcode_name(w.opcode),
+            w.opcode.0,
+            w.byte_len
         );
     }
     println!(
-        "SQ free after one CQE: {} of {} BBs",
+        "It retires every earlier WQE too, signaled or not: send queue free {} of {} BBs.",
         qp.sq.free_bbs(),
         qp.sq.wqe_cnt()
     );

@@ -275,7 +275,13 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     } else {
         println!("                    RDMA_Write BW Test (kernel device, loopback)");
     }
-    println!(" Device           : {}", B::label(&dev));
+    common::print_context(
+        &dev,
+        "RDMA WRITE message rate and bandwidth from one QP to another, \
+         timed from the first post to the last completion",
+        &["poster"],
+        17,
+    );
     println!(" Transport        : RC, 1 QP, 1 SGE per WR, no inline");
     println!(" TX depth         : {sq_wrs} WRs");
     println!(
@@ -286,7 +292,6 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         " Iterations       : {} per size after {} warm-up",
         args.iters, args.warmup
     );
-    println!(" Cores            : {}", cores());
     println!("{line}");
     println!(
         " {:<10} {:<12} {:>16} {:>16} {:>12} {:>12} {:>8}",
@@ -328,13 +333,15 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     }
     println!("{line}");
     println!(" MB = 10^6 bytes. Wall-clock figures: noisy on a shared machine.");
+    if dev.backend().name() == "soft" {
+        println!(
+            " On the software device a WRITE is a memcpy between two buffers of this process: \
+             the bandwidth is memory-copy speed, not a network's."
+        );
+    }
     B::stop(&dev);
     drop(w);
     drop(peer);
     drop(link);
     result
-}
-
-fn cores() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get())
 }

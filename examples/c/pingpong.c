@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_MSG 4096u
 
@@ -236,6 +237,21 @@ int main(int argc, char **argv)
     qsort(rtt, iters, sizeof(*rtt), cmp_double);
     printf("pingpong: %lu round trips of %lu bytes (%s mode)\n", iters, len,
            step_mode ? "step" : "thread");
+    printf("pingpong: measured: one-way latency, half the round trip of a SEND answered by a\n"
+           "pingpong:   SEND; this one thread drives both QPs\n");
+    printf("pingpong: device: the in-process software HCA (memory copies, no network and no\n"
+           "pingpong:   NIC), %s\n",
+           step_mode ? "stepped by this thread" : "on its own busy-polling device thread");
+    {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int pollers = step_mode ? 1 : 2;
+        printf("pingpong: %ld cores available, %d busy-polling thread%s\n", cores, pollers,
+               pollers == 1 ? "" : "s");
+        if (cores > 0 && pollers > cores) {
+            printf("pingpong: WARNING: more busy-polling threads than cores: the figures include\n"
+                   "pingpong:   scheduler hand-offs and vary widely between runs\n");
+        }
+    }
     printf("pingpong: one-way latency us: min %.2f  median %.2f  p99 %.2f  avg %.2f\n",
            rtt[0] / 2.0, rtt[iters / 2] / 2.0, rtt[iters - 1 - iters / 100] / 2.0,
            total / (double)iters / 2.0);

@@ -78,6 +78,14 @@ pub struct Link {
 pub trait ExampleBackend: Backend + Sized {
     /// One line for the report header.
     fn label(dev: &Device<Self>) -> String;
+    /// What the device physically is, so a reader knows what the figures
+    /// can and cannot say (memory copies in one process, a software RDMA
+    /// driver in the kernel, or a NIC).
+    fn medium(dev: &Device<Self>) -> String;
+    /// Threads the device itself busy-polls with, in this process.
+    fn device_threads(_dev: &Device<Self>) -> usize {
+        0
+    }
     /// Starts the device's own thread, if it has one.
     fn start(_dev: &Device<Self>) {}
     /// Stops it.
@@ -113,6 +121,14 @@ impl ExampleBackend for SoftDevice {
     fn label(_dev: &Device<Self>) -> String {
         "soft (in-process software HCA, device thread)".into()
     }
+    fn medium(_dev: &Device<Self>) -> String {
+        "a software device inside this process: memory copies and thread hand-offs, \
+         no network and no NIC"
+            .into()
+    }
+    fn device_threads(_dev: &Device<Self>) -> usize {
+        1
+    }
     fn start(dev: &Device<Self>) {
         dev.backend().start();
     }
@@ -131,6 +147,57 @@ impl ExampleBackend for SoftDevice {
         a.connect(&ib, aa).map_err(err::<Self>("connect"))?;
         b.connect(&ia, ab).map_err(err::<Self>("connect"))?;
         Ok(Link { _keep: Vec::new() })
+    }
+}
+
+/// Cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Whether the CPU says it runs under a hypervisor (the `hypervisor` flag
+/// of `/proc/cpuinfo`), so wall-clock figures come from a virtual machine.
+pub fn in_vm() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+        c.lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
+    })
+}
+
+/// Prints what a benchmark example measured and on what: the quantity,
+/// the device and what it physically is, the machine's cores, and a
+/// warning when more threads busy-poll than there are cores (then the
+/// figures include the scheduler's hand-offs and swing between runs).
+/// `pollers` names this program's own busy-polling threads; the device's
+/// are added. Each line starts with `label_width` columns of label.
+pub fn print_context<B: ExampleBackend>(
+    dev: &Device<B>,
+    measured: &str,
+    pollers: &[&str],
+    label_width: usize,
+) {
+    let w = label_width;
+    println!(" {:<w$}: {measured}", "Measured");
+    println!(" {:<w$}: {}", "Device", B::label(dev));
+    println!(" {:<w$}: {}", "What it is", B::medium(dev));
+    let cores = cores();
+    let machine = if in_vm() {
+        "virtual machine"
+    } else {
+        "no hypervisor flag"
+    };
+    println!(" {:<w$}: {cores} cores available ({machine})", "Machine");
+    let mut names: Vec<&str> = pollers.to_vec();
+    names.extend(std::iter::repeat_n("device thread", B::device_threads(dev)));
+    if names.len() > cores {
+        println!(
+            " {:<w$}: {} busy-polling threads ({}) on {cores} cores: they take turns, so the \
+             figures include scheduler hand-offs and vary widely between runs",
+            "WARNING",
+            names.len(),
+            names.join(", ")
+        );
     }
 }
 
@@ -314,11 +381,28 @@ mod verbs_impl {
                 Transport::Soft => "soft".into(),
             };
             let path = if b.caps().direct_mlx5 {
-                "mlx5 direct data path"
+                "rdma-direct's mlx5 data path"
+            } else if b.data_path() == verbs::DataPath::Direct {
+                "rdma-direct's own rings"
             } else {
-                "libibverbs data path"
+                "libibverbs' provider (the verbs fallback)"
             };
             format!("{} ({how}; kernel verbs, {path})", b.name())
+        }
+        fn medium(dev: &Device<Self>) -> String {
+            let name = dev.backend().name();
+            let what = if name.starts_with("rxe") {
+                "the kernel's rxe driver (Soft-RoCE): RoCE v2 in software over an \
+                 Ethernet interface, no RDMA NIC"
+            } else if name.starts_with("siw") {
+                "the kernel's siw driver (soft-iWARP): iWARP in software over the \
+                 kernel's TCP, no RDMA NIC"
+            } else if name.starts_with("mlx5") {
+                "an mlx5 (ConnectX) NIC"
+            } else {
+                "a kernel RDMA device"
+            };
+            format!("{what}; both QPs in this process, on one device")
         }
         fn no_atomics(dev: &Device<Self>) -> Option<String> {
             let b = dev.backend();
