@@ -1,21 +1,49 @@
 //! # rdma-direct
 //!
-//! An allocation-free, `no_std` RDMA data path. It writes work-queue
-//! entries straight into a provider's send queue, rings the doorbell
-//! itself and polls the completion queue directly. mlx5 (ConnectX) first.
+//! An RDMA data path for Rust, C and C++ programs: it writes work-queue
+//! entries straight into the provider's send queue, rings the doorbell
+//! itself and polls the completion queue directly, with no allocation,
+//! lock or system call when posting and polling on mlx5.
 //!
-//! Layers (see `docs/architecture.md`):
+//! ## Where to start
+//!
+//! - **[`api`]**, the safe Rust API: [`api::Device`] → [`api::Pd`] →
+//!   [`api::Mr`], [`api::Cq`] → [`api::Qp`], with [`SendWr`] and
+//!   [`RecvWr`] to post and [`api::Wc`] to poll. Its module page has a
+//!   complete, compiled example on the software device.
+//! - [`soft::SoftDevice`], the in-process software HCA and the default
+//!   backend: everything runs without RDMA hardware.
+//! - `verbs::VerbsDevice` (feature `verbs`): real kernel devices through
+//!   libibverbs, with rdma-direct's own rings on rxe and siw and the mlx5
+//!   core on ConnectX (`mlx5dv_init_obj`).
+//! - [`pool`], [`expose`] and [`credit`]: pre-registered buffers,
+//!   revocable exposure of memory to peers, credit-based flow control.
+//! - [`ring::submit`]: the MPSC submission ring a poll-mode service
+//!   embeds.
+//! - The C ABI is in [`ffi`] and `include/rdma_direct.h`; its conventions
+//!   are in `docs/c-api.md`.
+//!
+//! ## The core
+//!
+//! Below the API sits the `no_std`, allocation-free core, which builds for
+//! `x86_64-unknown-none` and `aarch64-unknown-none`:
 //! - [`wr`]: typed work requests and their validation (typed errors,
 //!   never a panic);
-//! - [`provider::mlx5`]: hand-written `#[repr(C)]` layouts, the send and
-//!   receive queues (WQE formatting, doorbells, accounting) and the CQ
-//!   poller;
-//! - [`mmio`]: every volatile access and named barrier.
+//! - [`provider::mlx5`], [`provider::rxe`], [`provider::siw`]: the queue
+//!   formats, WQE encoders, queue accounting and completion pollers;
+//! - [`ring`]: lock-free multi-producer posting and submission rings,
+//!   model-checked with loom;
+//! - [`mmio`]: every volatile access, doorbell and named barrier.
+//!
+//! `docs/architecture.md` in the repository explains the layers and
+//! their one-way dependencies; `docs/spec/` documents each provider's
+//! queue formats.
 //!
 //! Supported architectures: x86_64 and aarch64 (barriers are
 //! architecture-specific; other targets compile with compiler-only
 //! barriers and are not supported for hardware use).
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -65,6 +93,7 @@ pub mod soft;
 // The verbs backend: libibverbs/librdmacm control path for real kernel
 // devices (feature `verbs`).
 #[cfg(feature = "verbs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "verbs")))]
 pub mod verbs;
 
 // Completion events as file descriptors (eventfd, timed waits).
