@@ -1,0 +1,105 @@
+//! QP attributes: sizes at creation, the peer's address vector and state
+//! changes.
+
+use super::mr::Access;
+use crate::provider::mlx5::QpState;
+
+/// QP creation parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit {
+    /// Send WRs the SQ must hold (of the largest size).
+    pub max_send_wr: u32,
+    /// Receive WRs.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+}
+
+/// The address of the peer a connected QP talks to (`ibv_ah_attr`).
+/// The software device ignores it; the verbs backend passes it to
+/// `ibv_modify_qp` at RTR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddressVector {
+    /// Destination LID (InfiniBand; 0 on RoCE and iWARP).
+    pub dlid: u16,
+    /// Service level (InfiniBand SL; on RoCE the VLAN priority).
+    pub sl: u8,
+    /// Send a global routing header (always on RoCE).
+    pub is_global: bool,
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Local GID table index to send from.
+    pub sgid_index: u8,
+    /// GRH hop limit (IPv4/IPv6 TTL on RoCEv2).
+    pub hop_limit: u8,
+    /// GRH traffic class (the DSCP/ECN byte on RoCEv2, which switches map
+    /// to a PFC priority).
+    pub traffic_class: u8,
+    /// GRH flow label.
+    pub flow_label: u32,
+}
+
+/// A QP state change (`ibv_modify_qp`). Fields that the target state does
+/// not use are ignored.
+#[derive(Clone, Copy, Debug)]
+pub struct QpModify {
+    /// The new state.
+    pub state: QpState,
+    /// INIT: remote operations this QP accepts.
+    pub access: Access,
+    /// INIT: physical port (1-based).
+    pub port_num: u8,
+    /// RTR: the peer's QP number.
+    pub dest_qpn: u32,
+    /// RTR: path MTU in bytes (256, 512, 1024, 2048 or 4096).
+    pub path_mtu: u32,
+    /// RTR: the peer's initial packet sequence number (24 bits).
+    pub rq_psn: u32,
+    /// RTR: how to reach the peer.
+    pub av: AddressVector,
+    /// RTR: RDMA READs and atomics the peer may have outstanding here.
+    pub max_dest_rd_atomic: u8,
+    /// RTR: minimum RNR NAK timer (IB encoding, 1..=31; 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// RTS: this QP's initial packet sequence number (24 bits).
+    pub sq_psn: u32,
+    /// RTS: local ACK timeout (IB encoding: 4.096 µs · 2^timeout).
+    pub timeout: u8,
+    /// RTS: RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// RTS: transport retries.
+    pub retry_cnt: u8,
+    /// RTS: RDMA READs and atomics this QP may have outstanding.
+    pub max_rd_atomic: u8,
+    /// RTS: send rate limit in kbit/s (0: none). Devices without packet
+    /// pacing (the software device, rxe, siw) refuse a non-zero limit
+    /// with [`crate::Error::Unsupported`].
+    pub rate_limit_kbps: u32,
+}
+
+impl QpModify {
+    /// A transition to `state` with default attributes.
+    pub fn to(state: QpState) -> QpModify {
+        QpModify {
+            state,
+            access: Access::NONE,
+            port_num: 1,
+            dest_qpn: 0,
+            path_mtu: 1024,
+            rq_psn: 0,
+            av: AddressVector::default(),
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            sq_psn: 0,
+            rate_limit_kbps: 0,
+            timeout: 14,
+            rnr_retry: 7,
+            retry_cnt: 7,
+            max_rd_atomic: 1,
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Executing one validated WQE between RC QPs: local gather/scatter,
+//! RDMA WRITE, READ, atomics and SENDs, receive consumption with RNR, and
+//! injected faults.
+
+use std::time::{Duration, Instant};
+
+use core::sync::atomic::Ordering;
+
+use super::config::Fault;
+use super::cqe::{cqe_image, err_image};
+use super::mr::Access;
+use super::state::{Engine, Outcome, Scratch};
+use super::wqe::{self, Local, ParsedSend, Seg};
+use crate::mmio;
+use crate::provider::mlx5::cq::syndrome;
+use crate::provider::mlx5::layout::{cqe_opcode, opcode};
+use crate::provider::mlx5::QpState;
+
+/// Copies `len` bytes described by `src` into `dst` lists of (ptr, len).
+///
+/// # Safety
+/// Every pointer must be valid for its length (checked against the MR
+/// table by the caller).
+unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)]) {
+    let (mut si, mut so, mut di, mut dof) = (0, 0, 0, 0);
+    while si < src.len() && di < dst.len() {
+        let n = (src[si].1 - so).min(dst[di].1 - dof);
+        // SAFETY: both ranges are inside validated regions (caller);
+        // `copy` tolerates overlap (a QP may write into its own memory).
+        unsafe { core::ptr::copy(src[si].0.add(so), dst[di].0.add(dof), n) };
+        so += n;
+        dof += n;
+        if so == src[si].1 {
+            si += 1;
+            so = 0;
+        }
+        if dof == dst[di].1 {
+            di += 1;
+            dof = 0;
+        }
+    }
+}
+
+impl Engine {
+    /// Injected faults that apply to this operation.
+    fn fault_for(&mut self, qpn: u32, dest: u32) -> Option<Outcome> {
+        for f in &self.faults {
+            if let Fault::DropPeer { qpn: d } = *f {
+                if d == dest {
+                    return Some(Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC));
+                }
+            }
+        }
+        let mut hit = None;
+        for f in self.faults.iter_mut() {
+            if let Fault::FailNth {
+                qpn: which,
+                nth,
+                syndrome,
+            } = f
+            {
+                if which.is_none_or(|w| w == qpn) {
+                    if *nth == 1 {
+                        hit = Some(*syndrome);
+                        *nth = 0;
+                    } else if *nth > 1 {
+                        *nth -= 1;
+                    }
+                }
+            }
+        }
+        self.faults
+            .retain(|f| !matches!(f, Fault::FailNth { nth: 0, .. }));
+        hit.map(Outcome::Fail)
+    }
+
+    /// Executes one validated WQE of QP `qi` against its peer.
+    pub(super) fn execute(
+        &mut self,
+        qi: usize,
+        p: &ParsedSend,
+        sc: &mut Scratch,
+        now: Instant,
+    ) -> Outcome {
+        let Scratch {
+            wbuf,
+            segs,
+            local,
+            rsegs,
+            dst,
+            entry,
+        } = sc;
+        let threaded = self.threaded;
+        let steps = self.steps;
+        let delay = self.faults.iter().find_map(|f| match *f {
+            Fault::DelayCompletions { time, steps } => Some((time, steps)),
+            _ => None,
+        });
+        let rnr_delay = self.cfg.rnr_delay;
+        let q = self.qps[qi].as_mut().expect("checked");
+        if let Some((t, s)) = delay {
+            let (until, until_step) = *q.hold.get_or_insert((now + t, steps + s));
+            if (threaded && now < until) || (!threaded && steps < until_step) {
+                return Outcome::Wait;
+            }
+        }
+        if let Some(w) = q.rnr_wait {
+            if threaded && now < w {
+                return Outcome::Wait;
+            }
+        }
+        if !threaded && q.rnr_step == steps && q.rnr_attempts > 0 {
+            return Outcome::Wait;
+        }
+        let (pd, qpn, dest) = (q.pd, q.qpn, q.dest);
+        if p.opcode == opcode::NOP {
+            return Outcome::Done(0);
+        }
+        if let Some(o) = self.fault_for(qpn, dest) {
+            return o;
+        }
+
+        // Local side: gather (SEND/WRITE) or scatter (READ/atomics) list.
+        let mut nlocal = 0;
+        let mut total: u64 = 0;
+        let writes_local = matches!(
+            p.opcode,
+            opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+        );
+        match p.local {
+            Local::Inline { off, len } => {
+                local[0] = (wbuf[off..].as_ptr() as *mut u8, len);
+                nlocal = 1;
+                total = len as u64;
+            }
+            Local::Segs(n) => {
+                let need = if writes_local {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::NONE
+                };
+                for s in &segs[..n] {
+                    let Some(ptr) = self
+                        .mrs
+                        .check(s.lkey, pd, s.addr, s.len as u64, need, false)
+                    else {
+                        return Outcome::Fail(syndrome::LOCAL_PROT);
+                    };
+                    local[nlocal] = (ptr, s.len as usize);
+                    nlocal += 1;
+                    total += s.len as u64;
+                }
+            }
+        }
+        if total > 1 << 31 {
+            return Outcome::Fail(syndrome::LOCAL_LENGTH);
+        }
+
+        // Remote side.
+        let Some(bi) = self.qp_index(dest) else {
+            return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        };
+        let b = self.qps[bi].as_ref().expect("checked");
+        if !matches!(b.state, QpState::Rtr | QpState::Rts) || b.dest != qpn {
+            return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
+        }
+        let (bpd, bqpn, baccess, brecv_cq) = (b.pd, b.qpn, b.access, b.recv_cq);
+        match p.opcode {
+            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
+                let (ra, rk) = p.remote;
+                let ok = baccess.contains(Access::REMOTE_WRITE);
+                let Some(dst) = self
+                    .mrs
+                    .check(rk, bpd, ra, total, Access::REMOTE_WRITE, true)
+                    .filter(|_| ok)
+                else {
+                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                };
+                if p.opcode == opcode::RDMA_WRITE_IMM {
+                    // Consumes a receive: check before moving data.
+                    match self.take_recv(bi, &mut [], entry, now, rnr_delay, qi) {
+                        Err(o) => return o,
+                        Ok((counter, _)) => {
+                            // SAFETY: ranges validated against the MR table.
+                            unsafe { sg_copy(&local[..nlocal], &[(dst, total as usize)]) };
+                            let img = cqe_image(
+                                cqe_opcode::RESP_WR_IMM,
+                                bqpn,
+                                counter,
+                                total as u32,
+                                p.imm,
+                            );
+                            self.push_cqe(brecv_cq, &img);
+                        }
+                    }
+                } else {
+                    // SAFETY: ranges validated against the MR table.
+                    unsafe { sg_copy(&local[..nlocal], &[(dst, total as usize)]) };
+                }
+                Outcome::Done(total as u32)
+            }
+            opcode::RDMA_READ => {
+                let (ra, rk) = p.remote;
+                let ok = baccess.contains(Access::REMOTE_READ);
+                let Some(srcp) = self
+                    .mrs
+                    .check(rk, bpd, ra, total, Access::REMOTE_READ, true)
+                    .filter(|_| ok)
+                else {
+                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                };
+                // SAFETY: ranges validated against the MR table.
+                unsafe { sg_copy(&[(srcp, total as usize)], &local[..nlocal]) };
+                Outcome::Done(total as u32)
+            }
+            opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
+                let (ra, rk) = p.remote;
+                if ra % 8 != 0 {
+                    return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+                }
+                let ok = baccess.contains(Access::REMOTE_ATOMIC);
+                let Some(t) = self
+                    .mrs
+                    .check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true)
+                    .filter(|_| ok)
+                else {
+                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                };
+                // SAFETY: 8 bytes inside a registered region, 8-aligned;
+                // atomic with respect to every device operation (engine
+                // lock) and to CPU atomics on the same word.
+                let cell = unsafe { core::sync::atomic::AtomicU64::from_ptr(t.cast::<u64>()) };
+                let (swap_add, compare) = p.atomic;
+                let old = if p.opcode == opcode::ATOMIC_FA {
+                    cell.fetch_add(swap_add, Ordering::SeqCst)
+                } else {
+                    match cell.compare_exchange(
+                        compare,
+                        swap_add,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(v) | Err(v) => v,
+                    }
+                };
+                let bytes = old.to_ne_bytes();
+                // SAFETY: the local SGE is exactly 8 bytes, validated with
+                // LOCAL_WRITE.
+                unsafe { sg_copy(&[(bytes.as_ptr() as *mut u8, 8)], &local[..nlocal]) };
+                Outcome::Done(8)
+            }
+            _ => {
+                // SEND, SEND_IMM, SEND_INV.
+                let (counter, n) =
+                    match self.take_recv(bi, &mut rsegs[..], entry, now, rnr_delay, qi) {
+                        Err(o) => return o,
+                        Ok(v) => v,
+                    };
+                let mut cap: u64 = 0;
+                for (i, s) in rsegs[..n].iter().enumerate() {
+                    let Some(ptr) = self.mrs.check(
+                        s.lkey,
+                        bpd,
+                        s.addr,
+                        s.len as u64,
+                        Access::LOCAL_WRITE,
+                        false,
+                    ) else {
+                        let img =
+                            err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
+                        self.push_cqe(brecv_cq, &img);
+                        self.set_error(bi);
+                        return Outcome::Fail(syndrome::REMOTE_OP);
+                    };
+                    dst[i] = (ptr, s.len as usize);
+                    cap += s.len as u64;
+                }
+                if total > cap {
+                    let img = err_image(
+                        cqe_opcode::RESP_ERR,
+                        0,
+                        bqpn,
+                        counter,
+                        syndrome::LOCAL_LENGTH,
+                    );
+                    self.push_cqe(brecv_cq, &img);
+                    self.set_error(bi);
+                    return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+                }
+                // SAFETY: ranges validated against the MR table.
+                unsafe { sg_copy(&local[..nlocal], &dst[..n]) };
+                let (op, imm) = match p.opcode {
+                    opcode::SEND_IMM => (cqe_opcode::RESP_SEND_IMM, p.imm),
+                    opcode::SEND_INVAL => {
+                        if let Some(m) = self.mrs.get_mut(p.imm).filter(|m| m.pd == bpd) {
+                            m.remote_valid = false;
+                        }
+                        (cqe_opcode::RESP_SEND_INV, p.imm)
+                    }
+                    _ => (cqe_opcode::RESP_SEND, 0),
+                };
+                let mut img = cqe_image(op, bqpn, counter, total as u32, imm);
+                img[24..28].copy_from_slice(&qpn.to_be_bytes());
+                if p.solicited {
+                    img[63] |= 0x02;
+                }
+                self.push_cqe(brecv_cq, &img);
+                Outcome::Done(total as u32)
+            }
+        }
+    }
+
+    /// Takes the next posted receive of QP `bi`, or reports RNR (retried up
+    /// to the requester's `rnr_retry`, 7 = forever). Fills `segs` with the
+    /// receive's scatter list (if `segs` is empty the list is not needed).
+    fn take_recv(
+        &mut self,
+        bi: usize,
+        segs: &mut [Seg],
+        entry: &mut [u8; 1024],
+        now: Instant,
+        rnr_delay: Duration,
+        requester: usize,
+    ) -> core::result::Result<(u16, usize), Outcome> {
+        let b = self.qps[bi].as_ref().expect("checked");
+        // SAFETY: word 0 (RQ) of the responder's doorbell record.
+        let head = unsafe { mmio::read_dbrec(b.dbrec) } & 0xffff;
+        if head.wrapping_sub(b.rq_ci) & 0xffff == 0 {
+            let steps = self.steps;
+            let a = self.qps[requester].as_mut().expect("checked");
+            a.rnr_attempts += 1;
+            a.rnr_step = steps;
+            a.rnr_wait = Some(now + rnr_delay);
+            if a.rnr_retry != 7 && a.rnr_attempts > a.rnr_retry as u32 {
+                return Err(Outcome::Fail(syndrome::RNR_RETRY_EXC));
+            }
+            return Err(Outcome::Rnr);
+        }
+        let slot = (b.rq_ci & (b.rq_cnt - 1)) as usize;
+        let stride = b.rq_stride as usize;
+        let len = stride.min(entry.len());
+        // SAFETY: the entry is inside the RQ ring and was published by the
+        // RQ doorbell record (acquire-loaded above).
+        unsafe { core::ptr::copy_nonoverlapping(b.rq.add(slot * stride), entry.as_mut_ptr(), len) };
+        let counter = b.rq_ci as u16;
+        let (bqpn, bcq) = (b.qpn, b.recv_cq);
+        let n = if segs.is_empty() {
+            Ok(0)
+        } else {
+            wqe::parse_recv(&entry[..len], segs)
+        };
+        let b = self.qps[bi].as_mut().expect("checked");
+        b.rq_ci = b.rq_ci.wrapping_add(1);
+        let a = self.qps[requester].as_mut().expect("checked");
+        a.rnr_wait = None;
+        match n {
+            Ok(n) => Ok((counter, n)),
+            Err(s) => {
+                let img = err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, s);
+                self.push_cqe(bcq, &img);
+                self.set_error(bi);
+                Err(Outcome::Fail(syndrome::REMOTE_OP))
+            }
+        }
+    }
+}
