@@ -96,6 +96,11 @@ pub mod soft;
 #[cfg_attr(docsrs, doc(cfg(feature = "verbs")))]
 pub mod verbs;
 
+// Attributes every backend shares (access rights, QP sizes, address
+// vectors, state changes).
+#[cfg(feature = "std")]
+pub mod attr;
+
 // Completion events as file descriptors (eventfd, timed waits).
 #[cfg(feature = "std")]
 pub mod event;

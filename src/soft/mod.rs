@@ -14,7 +14,6 @@
 //! [`SoftDevice::start`] runs a device thread. The device takes its lock
 //! once per pass over all queues, never per WQE.
 
-mod attr;
 mod config;
 mod cqe;
 mod device;
@@ -26,8 +25,7 @@ mod state;
 mod thread;
 pub mod wqe;
 
-pub use attr::{AddressVector, QpInit, QpModify};
+pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
 pub use config::{AsyncEvent, Fault, SoftConfig};
 pub use device::SoftDevice;
 pub use mem::{queue_sizes, CqMem, QpMem, SoftCq, SoftQp};
-pub use mr::Access;

@@ -3,46 +3,7 @@
 
 use std::vec::Vec;
 
-/// Access flags, numbered as `IBV_ACCESS_*`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[repr(transparent)]
-pub struct Access(pub u32);
-
-impl Access {
-    /// No access beyond local read.
-    pub const NONE: Access = Access(0);
-    /// The device may write the region on behalf of local work
-    /// (receives, READ results, atomic results).
-    pub const LOCAL_WRITE: Access = Access(1);
-    /// Peers may RDMA WRITE (needs LOCAL_WRITE).
-    pub const REMOTE_WRITE: Access = Access(2);
-    /// Peers may RDMA READ.
-    pub const REMOTE_READ: Access = Access(4);
-    /// Peers may run atomics (needs LOCAL_WRITE).
-    pub const REMOTE_ATOMIC: Access = Access(8);
-    /// Every access bit a QP takes (`IBV_ACCESS_*` local write and the
-    /// remote rights).
-    pub const ALL: Access = Access(0xf);
-    /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND`).
-    /// Regions only; grants nothing by itself. Needed for
-    /// [`crate::expose`]'s windows; devices without windows ignore it.
-    pub const MW_BIND: Access = Access(0x10);
-    /// Every bit a region takes: [`Access::ALL`] and [`Access::MW_BIND`].
-    pub const MR_ALL: Access = Access(0x1f);
-
-    /// True if all bits of `o` are set.
-    #[inline]
-    pub const fn contains(self, o: Access) -> bool {
-        self.0 & o.0 == o.0
-    }
-}
-
-impl core::ops::BitOr for Access {
-    type Output = Access;
-    fn bitor(self, o: Access) -> Access {
-        Access(self.0 | o.0)
-    }
-}
+pub use crate::attr::Access;
 
 /// One registered region.
 #[derive(Clone, Copy, Debug)]
