@@ -59,6 +59,18 @@ pub struct QpInit {
     pub max_inline_data: u32,
 }
 
+impl Default for QpInit {
+    fn default() -> Self {
+        QpInit {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        }
+    }
+}
+
 /// The address of the peer a connected QP talks to (`ibv_ah_attr`).
 /// The software device ignores it; the verbs backend passes it to
 /// `ibv_modify_qp` at RTR.

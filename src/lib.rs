@@ -51,6 +51,9 @@
 extern crate std;
 
 pub mod error;
+// Attributes every backend shares (access rights, QP sizes, address
+// vectors, state changes).
+pub mod attr;
 // (Modules are documented by their own `//!` comments; an outer `///`
 // here would make rustdoc resolve their links from this file.)
 
@@ -95,11 +98,6 @@ pub mod soft;
 #[cfg(feature = "verbs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "verbs")))]
 pub mod verbs;
-
-// Attributes every backend shares (access rights, QP sizes, address
-// vectors, state changes).
-#[cfg(feature = "std")]
-pub mod attr;
 
 // Completion events as file descriptors (eventfd, timed waits).
 #[cfg(feature = "std")]

@@ -165,7 +165,7 @@ pub enum SendOp {
 /// to `len` bytes at `addr` of the region whose local key is `mr_lkey`,
 /// with the remote rights `access`, under `new_rkey` (the same window
 /// index, a fresh low byte). The region must have been registered with
-/// [`Access::MW_BIND`](crate::api::Access::MW_BIND) and local write when
+/// [`Access::MW_BIND`](crate::attr::Access::MW_BIND) and local write when
 /// the window grants remote write or atomics (IBA C10-73, C10-74).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MwBind {

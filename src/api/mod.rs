@@ -46,8 +46,8 @@ mod soft_backend;
 
 pub use crate::event::{Adaptive, AdaptiveConfig, WaitMode};
 
+pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
 pub use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
-pub use crate::soft::{Access, AddressVector, QpInit, QpModify};
 
 pub use async_event::AsyncEvent;
 pub use backend::{

@@ -16,21 +16,9 @@ use crate::wr::{QpCaps, RecvWr, SendWr};
 use super::cq::{CqDemand, CqInner};
 use super::device::PdInner;
 use super::{
-    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, PortableQp, QpInfo, QpInit,
+    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, PortableQp, QpInfo,
     QpModify, QpState, Transport,
 };
-
-impl Default for QpInit {
-    fn default() -> Self {
-        QpInit {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 64,
-        }
-    }
-}
 
 /// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
 /// add lock-free sharing).
