@@ -3,7 +3,7 @@
 #ifndef RDMA_DIRECT_H
 #define RDMA_DIRECT_H
 
-/* Regenerate with ci/header.sh --write (pinned cbindgen). */
+/* Regenerate with scripts/header.sh --write (pinned cbindgen). */
 
 #include <stddef.h>
 #include <stdint.h>

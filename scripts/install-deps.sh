@@ -17,6 +17,6 @@ rustup target add x86_64-unknown-none aarch64-unknown-none
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 rustup +nightly component add rustfmt miri rust-src
 
-# Pinned cargo tools: ci/header.sh installs its pinned cbindgen itself;
+# Pinned cargo tools: scripts/header.sh installs its pinned cbindgen itself;
 # cargo-fuzz drives the fuzz targets.
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

@@ -48,19 +48,19 @@ stage "release-mode concurrency stress tests (real threads, millions of WRs)"
 cargo test --release --test mp_stress --test shared_qp --test submit_stress --test soft_threads --test pool
 
 stage "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=2})"
-LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS bash ci/loom.sh
+LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS bash scripts/loom.sh
 
 stage "Miri on the core's unit tests"
-bash ci/miri.sh
+bash scripts/miri.sh
 
 stage "C header is cbindgen's output"
-bash ci/header.sh
+bash scripts/header.sh
 
 stage "C and C++ tests (plain, ASan+UBSan)"
 bash ffi-tests/run.sh
 
 stage "fuzz targets (${FUZZ_SECONDS:=30}s each)"
-FUZZ_SECONDS=$FUZZ_SECONDS bash ci/fuzz.sh
+FUZZ_SECONDS=$FUZZ_SECONDS bash scripts/fuzz.sh
 
 if [ "${SKIP_VM:-0}" = 1 ]; then
   # Never silent: say loudly that the real-kernel suite did not run.

@@ -1,7 +1,7 @@
 //! The C ABI (feature `ffi`): status codes, the raw mlx5 queue API over
 //! caller-provided storage, and the boundary machinery every exported
 //! function goes through. The header `include/rdma_direct.h` is generated
-//! from this module by the pinned cbindgen in `ci/header.sh`.
+//! from this module by the pinned cbindgen in `scripts/header.sh`.
 //!
 //! # Conventions (C callers)
 //!

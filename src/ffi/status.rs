@@ -404,12 +404,12 @@ const fn parse_version_part(s: &str) -> u32 {
 
 // The header's version macros come from the literals above; a version bump
 // in Cargo.toml without updating them (and regenerating the header with
-// `ci/header.sh --write`) fails the build here.
+// `scripts/header.sh --write`) fails the build here.
 const _: () = assert!(
     RDD_VERSION_MAJOR == parse_version_part(env!("CARGO_PKG_VERSION_MAJOR"))
         && RDD_VERSION_MINOR == parse_version_part(env!("CARGO_PKG_VERSION_MINOR"))
         && RDD_VERSION_PATCH == parse_version_part(env!("CARGO_PKG_VERSION_PATCH")),
-    "RDD_VERSION_* in src/ffi/status.rs differ from Cargo.toml: update them and run ci/header.sh --write"
+    "RDD_VERSION_* in src/ffi/status.rs differ from Cargo.toml: update them and run scripts/header.sh --write"
 );
 
 /// The library version (`CARGO_PKG_VERSION`, e.g. "0.1.0") as a static

@@ -713,8 +713,8 @@ mod tests {
     }
 }
 
-/// Loom models of the free lists (`ci/loom.sh pool::slab`; a plain
-/// `ci/loom.sh` runs them too): small slabs, two or three threads, every
+/// Loom models of the free lists (`scripts/loom.sh pool::slab`; a plain
+/// `scripts/loom.sh` runs them too): small slabs, two or three threads, every
 /// interleaving up to the preemption bound. A side table of loom cells
 /// stands for the buffers' bytes, so a hand-over that is not ordered (a
 /// missing Release/Acquire) is reported by loom as a causality violation,

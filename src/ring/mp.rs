@@ -484,7 +484,7 @@ mod tests {
 mod loom_tests {
     //! The whole post → doorbell → device → CQE → poll → retire cycle with
     //! two producers, a model device and the poller on a 4-BB ring.
-    //! Run with `ci/loom.sh` (LOOM_MAX_PREEMPTIONS=2).
+    //! Run with `scripts/loom.sh` (LOOM_MAX_PREEMPTIONS=2).
     use super::*;
     use loom::sync::atomic::AtomicU8;
     use loom::sync::Arc;

@@ -1,5 +1,5 @@
 //! Loom models of the MPSC and SPSC rings and of the whole submission
-//! service (run by `ci/loom.sh`).
+//! service (run by `scripts/loom.sh`).
 
 use super::*;
 use loom::sync::Arc;

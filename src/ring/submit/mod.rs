@@ -202,7 +202,7 @@ impl fmt::Display for Full {
 
 impl core::error::Error for Full {}
 
-/// Loom models (`RUSTFLAGS="--cfg loom"`, see `ci/loom.sh`). Rings are
+/// Loom models (`RUSTFLAGS="--cfg loom"`, see `scripts/loom.sh`). Rings are
 /// shrunk to two slots so every model wraps around and hits the full path;
 /// with `LOOM_MAX_PREEMPTIONS=2` each model runs in seconds.
 ///

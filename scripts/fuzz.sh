@@ -10,9 +10,9 @@
 # reproducer stays in fuzz/artifacts/<target>/ and the command to replay it
 # is printed.
 #
-#   ci/fuzz.sh                    every target
-#   ci/fuzz.sh cqe_decode         only the named targets
-#   FUZZ_SECONDS=600 ci/fuzz.sh   a longer run
+#   scripts/fuzz.sh                    every target
+#   scripts/fuzz.sh cqe_decode         only the named targets
+#   FUZZ_SECONDS=600 scripts/fuzz.sh   a longer run
 #
 # Needs the nightly toolchain (sanitizer flags); cargo-fuzz is installed
 # from crates.io if missing.

@@ -2,8 +2,8 @@
 # Miri over the core's unit tests (undefined behaviour, data races and
 # Stacked Borrows violations in the code the data path is built from).
 #
-#   ci/miri.sh              wr::, error:: and ring:: unit tests
-#   ci/miri.sh FILTER...    only the tests whose names contain a FILTER
+#   scripts/miri.sh              wr::, error:: and ring:: unit tests
+#   scripts/miri.sh FILTER...    only the tests whose names contain a FILTER
 #
 # Scope. The lib is built with `--no-default-features --features std`:
 # no software HCA (its device thread and `Instant` polling make every
@@ -34,7 +34,7 @@
 # -Zmiri-* flags to hide it.
 #
 # MIRIFLAGS from the environment is passed through (for example
-# `MIRIFLAGS=-Zmiri-many-seeds=0..8 ci/miri.sh ring::` to explore more
+# `MIRIFLAGS=-Zmiri-many-seeds=0..8 scripts/miri.sh ring::` to explore more
 # thread interleavings). CARGO_TARGET_DIR defaults to target/miri-ci so
 # the nightly build does not evict the normal cache.
 set -euo pipefail

@@ -19,7 +19,7 @@
 #   whole script: 95 s from a cold target dir (~65 s of it building loom
 #     and the crate), 45 s with a warm one.
 #
-# Usage: ci/loom.sh [SCOPE]   e.g. `ci/loom.sh ring::submit` runs one
+# Usage: scripts/loom.sh [SCOPE]   e.g. `scripts/loom.sh ring::submit` runs one
 # module's models (the filter is "SCOPE::loom_tests::"); default: all.
 #
 # The build uses its own target directory (default target/loom) because

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Header drift check for include/rdma_direct.h (style guide 2.8 / CI 2.11.7).
 #
-#   ci/header.sh           regenerate into a temp file, fail on any diff
-#   ci/header.sh --write   regenerate include/rdma_direct.h in place
+#   scripts/header.sh           regenerate into a temp file, fail on any diff
+#   scripts/header.sh --write   regenerate include/rdma_direct.h in place
 #
 # cbindgen is pinned: a different version may format the header
 # differently, so the exact version below is installed if missing.
@@ -47,11 +47,11 @@ if [ "$mode" = write ]; then
 fi
 
 if [ ! -f "$header" ]; then
-    echo "header.sh: $header is missing; run ci/header.sh --write" >&2
+    echo "header.sh: $header is missing; run scripts/header.sh --write" >&2
     exit 1
 fi
 if ! diff -u "$header" "$tmp"; then
-    echo "header.sh: $header is out of date with src/ffi; run ci/header.sh --write and commit it" >&2
+    echo "header.sh: $header is out of date with src/ffi; run scripts/header.sh --write and commit it" >&2
     exit 1
 fi
 echo "header.sh: $header is up to date (cbindgen $CBINDGEN_VERSION)"
