@@ -1,6 +1,7 @@
 //! Build script: bindgen of the system RDMA headers under the `verbs`
 //! feature (layout cross-checks, and the kernel uverbs ABI that the rxe/siw
-//! queue creation in `src/verbs/uverbs.rs` speaks); nothing otherwise.
+//! queue creation in `src/verbs/uverbs.rs` speaks); nothing otherwise. The
+//! wrapper headers handed to libclang are in `bindgen/`.
 //!
 //! Default builds never touch libclang or rdma-core: the bindgen code below
 //! is compiled only with the `verbs` feature (the `bindgen` build-dependency
@@ -28,7 +29,7 @@ mod mlx5dv {
     use std::path::PathBuf;
 
     /// The wrapper header handed to libclang (it only includes mlx5dv.h).
-    const WRAPPER: &str = "build/mlx5dv_wrapper.h";
+    const WRAPPER: &str = "bindgen/mlx5dv_wrapper.h";
 
     /// Directory holding `infiniband/mlx5dv.h` when it is not on the
     /// compiler's default include path (e.g. an rdma-core build tree).
@@ -107,7 +108,7 @@ mod uverbs {
 
     /// The wrapper header handed to libclang (it includes the three UAPI
     /// headers and nothing else).
-    const WRAPPER: &str = "build/uverbs_wrapper.h";
+    const WRAPPER: &str = "bindgen/uverbs_wrapper.h";
 
     /// Directory holding `rdma/ib_user_verbs.h` when it is not on the
     /// compiler's default include path (shared with the mlx5dv bindings).
