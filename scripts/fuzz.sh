@@ -14,31 +14,36 @@
 #   scripts/fuzz.sh cqe_decode         only the named targets
 #   FUZZ_SECONDS=600 scripts/fuzz.sh   a longer run
 #
-# Needs the nightly toolchain (sanitizer flags); cargo-fuzz is installed
-# from crates.io if missing.
+# Needs the pinned nightly, RDD_NIGHTLY in scripts/toolchains.sh (the
+# sanitizer flags are nightly-only), and cargo-fuzz CARGO_FUZZ_VERSION; both
+# are installed if missing. fuzz/ has its own Cargo.toml but no toolchain
+# file, so rustup gives it the repository's rust-toolchain.toml (stable):
+# every cargo call below names the nightly explicitly.
 set -euo pipefail
 
 seconds=${FUZZ_SECONDS:-30}
-toolchain=${FUZZ_TOOLCHAIN:-nightly}
 # Per-input time limit: anything slower than this is reported as a hang.
 input_timeout=${FUZZ_INPUT_TIMEOUT:-10}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/toolchains.sh
+. "$root/scripts/toolchains.sh"
 cd "$root/fuzz"
 
-if ! cargo +"$toolchain" --version >/dev/null 2>&1; then
-    echo "fuzz.sh: the '$toolchain' toolchain is not installed (rustup toolchain install $toolchain)" >&2
+if ! rdd_ensure_nightly; then
+    echo "fuzz.sh: the $RDD_NIGHTLY toolchain is needed (see above)" >&2
     exit 1
 fi
-if ! cargo fuzz --version >/dev/null 2>&1; then
-    echo "fuzz.sh: installing cargo-fuzz" >&2
-    cargo install cargo-fuzz --locked
+if ! rdd_ensure_cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" cargo fuzz; then
+    echo "fuzz.sh: cargo-fuzz $CARGO_FUZZ_VERSION is needed (see above)" >&2
+    exit 1
 fi
+echo "fuzz.sh: $(rustup run "$RDD_NIGHTLY" rustc --version); $(cargo fuzz --version)"
 
 if [ "$#" -gt 0 ]; then
     targets=("$@")
 else
-    mapfile -t targets < <(cargo +"$toolchain" fuzz list)
+    mapfile -t targets < <(cargo +"$RDD_NIGHTLY" fuzz list)
 fi
 if [ "${#targets[@]}" -eq 0 ]; then
     echo "fuzz.sh: no fuzz targets found" >&2
@@ -46,10 +51,10 @@ if [ "${#targets[@]}" -eq 0 ]; then
 fi
 
 echo "== fuzz: seed corpora are current"
-cargo +"$toolchain" test --quiet
+cargo +"$RDD_NIGHTLY" test --quiet
 
 echo "== fuzz: build every target"
-cargo +"$toolchain" fuzz build
+cargo +"$RDD_NIGHTLY" fuzz build
 
 failed=()
 for t in "${targets[@]}"; do
@@ -68,9 +73,9 @@ for t in "${targets[@]}"; do
     log=$(mktemp "${TMPDIR:-/tmp}/fuzz-$t.XXXXXX")
     # Artifacts newer than this marker were written by this run.
     marker=$(mktemp "${TMPDIR:-/tmp}/fuzz-$t-start.XXXXXX")
-    echo "== fuzz: $t for ${seconds}s from $(ls "$corpus" | wc -l) inputs (seeds, regressions)"
+    echo "== fuzz: $t for ${seconds}s from $(find "$corpus" -type f | wc -l) inputs (seeds, regressions)"
     set +e
-    cargo +"$toolchain" fuzz run "$t" "$corpus" -- \
+    cargo +"$RDD_NIGHTLY" fuzz run "$t" "$corpus" -- \
         -max_total_time="$seconds" \
         -timeout="$input_timeout" \
         -print_final_stats=1 >"$log" 2>&1
@@ -85,7 +90,7 @@ for t in "${targets[@]}"; do
         grep -E -A 6 "panicked at|^==[0-9]+==ERROR" "$log" | head -n 40 >&2 || true
         grep -E "^SUMMARY|Test unit written|^(Base64|Output of)" "$log" >&2 || true
         find "artifacts/$t" -type f -newer "$marker" | while read -r a; do
-            echo "!! reproduce: (cd fuzz && cargo +$toolchain fuzz run $t $a)" >&2
+            echo "!! reproduce: (cd fuzz && cargo +$RDD_NIGHTLY fuzz run $t $a)" >&2
         done
         failed+=("$t")
     fi

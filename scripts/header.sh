@@ -4,36 +4,40 @@
 #   scripts/header.sh           regenerate into a temp file, fail on any diff
 #   scripts/header.sh --write   regenerate include/rdma_direct.h in place
 #
-# cbindgen is pinned: a different version may format the header
-# differently, so the exact version below is installed if missing.
+# cbindgen is pinned (CBINDGEN_VERSION in scripts/toolchains.sh): a
+# different version may format the header differently, so exactly that
+# version is installed if missing or different.
 # cbindgen runs on src/ffi/mod.rs (single-source mode, following the `mod`
 # declarations under it), so only the C API is scanned; see cbindgen.toml.
 set -euo pipefail
 
-CBINDGEN_VERSION=0.29.2
-
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=scripts/toolchains.sh
+. scripts/toolchains.sh
 header=include/rdma_direct.h
 
 mode=check
 case "${1:-}" in
     "") ;;
-    --write) mode=write ;;
+    --write) mode='write' ;;
     *) echo "usage: $0 [--write]" >&2; exit 2 ;;
 esac
 
-cbindgen_bin=${CBINDGEN:-cbindgen}
-have=$("$cbindgen_bin" --version 2>/dev/null | awk '{print $2}' || true)
-if [ "$have" != "$CBINDGEN_VERSION" ]; then
-    echo "header.sh: installing cbindgen $CBINDGEN_VERSION (found: ${have:-none})" >&2
-    cargo install cbindgen --version "=$CBINDGEN_VERSION" --locked --force
-    cbindgen_bin="$(cargo_home=${CARGO_HOME:-$HOME/.cargo}; echo "$cargo_home/bin/cbindgen")"
-    have=$("$cbindgen_bin" --version | awk '{print $2}')
+# CBINDGEN=/path/to/cbindgen uses that binary (it must be the pinned version).
+if [ -n "${CBINDGEN:-}" ]; then
+    cbindgen_bin=$CBINDGEN
+    have=$("$cbindgen_bin" --version 2>/dev/null | awk '{print $2}' || true)
     if [ "$have" != "$CBINDGEN_VERSION" ]; then
-        echo "header.sh: $cbindgen_bin reports version $have, expected $CBINDGEN_VERSION" >&2
+        echo "header.sh: CBINDGEN=$CBINDGEN is version ${have:-?}, expected $CBINDGEN_VERSION" >&2
         exit 1
     fi
+else
+    cbindgen_bin=cbindgen
+    rdd_ensure_cargo_tool cbindgen "$CBINDGEN_VERSION" cbindgen || {
+        echo "header.sh: cbindgen $CBINDGEN_VERSION is needed (see above)" >&2
+        exit 1
+    }
 fi
 
 tmp=$(mktemp "${TMPDIR:-/tmp}/rdma_direct.h.XXXXXX")

@@ -25,7 +25,7 @@
 # The build uses its own target directory (default target/loom) because
 # RUSTFLAGS="--cfg loom" would otherwise invalidate the normal build cache.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 export RUSTFLAGS="${RUSTFLAGS:-} --cfg loom"
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"

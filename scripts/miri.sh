@@ -33,12 +33,17 @@
 # script fails with Miri's own diagnostic: fix the code, do not add
 # -Zmiri-* flags to hide it.
 #
+# The toolchain is the pinned nightly, RDD_NIGHTLY in scripts/toolchains.sh
+# (installed, with miri and rust-src, if missing).
+#
 # MIRIFLAGS from the environment is passed through (for example
 # `MIRIFLAGS=-Zmiri-many-seeds=0..8 scripts/miri.sh ring::` to explore more
 # thread interleavings). CARGO_TARGET_DIR defaults to target/miri-ci so
 # the nightly build does not evict the normal cache.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/toolchains.sh
+. scripts/toolchains.sh
 
 DEFAULT_FILTERS=("wr::" "error::" "ring::" "provider::mlx5::" "provider::rxe::" "provider::siw::")
 if [ "$#" -gt 0 ]; then
@@ -52,31 +57,22 @@ die() {
     exit 1
 }
 
-command -v rustup >/dev/null 2>&1 || die "rustup not found (Miri needs a rustup nightly toolchain)"
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-    echo "miri.sh: installing the nightly toolchain" >&2
-    rustup toolchain install nightly --profile minimal || die "could not install nightly"
-fi
-installed=$(rustup +nightly component list --installed 2>/dev/null || true)
-if ! grep -q '^miri' <<<"$installed" || ! grep -q '^rust-src' <<<"$installed"; then
-    echo "miri.sh: installing the miri and rust-src components" >&2
-    rustup +nightly component add miri rust-src || die "could not add miri/rust-src to nightly"
-fi
+rdd_ensure_nightly || die "Miri needs the $RDD_NIGHTLY toolchain with ${RDD_NIGHTLY_COMPONENTS[*]} (see above)"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/miri-ci}"
-echo "miri.sh: $(rustup run nightly rustc --version); $(cargo +nightly miri --version 2>/dev/null || echo 'miri ?')" >&2
-cargo +nightly miri setup >/dev/null || die "cargo miri setup"
+echo "miri.sh: $(rustup run "$RDD_NIGHTLY" rustc --version); $(cargo +"$RDD_NIGHTLY" miri --version 2>/dev/null || echo 'miri ?')" >&2
+cargo +"$RDD_NIGHTLY" miri setup >/dev/null || die "cargo miri setup"
 
 start=$(date +%s)
 # List first, so a filter that matches nothing is an error rather than a
 # silent pass (libtest filters are substrings; `--exact` is not used).
-listing=$(cargo +nightly miri test --lib --no-default-features --features std -- --list "${filters[@]}") ||
-    die "the lib does not build under Miri (run: cargo +nightly miri test --lib --no-default-features --features std)"
+listing=$(cargo +"$RDD_NIGHTLY" miri test --lib --no-default-features --features std -- --list "${filters[@]}") ||
+    die "the lib does not build under Miri (run: cargo +$RDD_NIGHTLY miri test --lib --no-default-features --features std)"
 count=$(grep -c ': test$' <<<"$listing" || true)
 [ "$count" -gt 0 ] || die "no unit tests match: ${filters[*]}"
 echo "miri.sh: $count unit tests match: ${filters[*]}" >&2
 
-if ! cargo +nightly miri test --lib --no-default-features --features std -- "${filters[@]}"; then
+if ! cargo +"$RDD_NIGHTLY" miri test --lib --no-default-features --features std -- "${filters[@]}"; then
     die "Miri reported an error (undefined behaviour, a data race, a leak or a failing test) above"
 fi
 echo "miri.sh: all $count tests passed under Miri in $(($(date +%s) - start)) s" >&2
@@ -85,11 +81,11 @@ if [ "$#" -eq 0 ]; then
     # The buffer pool needs the safe API (feature soft) to build; its unit
     # tests do not start the software device.
     start=$(date +%s)
-    listing=$(cargo +nightly miri test --lib --no-default-features --features std,soft -- --list pool::) ||
+    listing=$(cargo +"$RDD_NIGHTLY" miri test --lib --no-default-features --features std,soft -- --list pool::) ||
         die "the lib does not build under Miri with std,soft"
     count=$(grep -c ': test$' <<<"$listing" || true)
     [ "$count" -gt 0 ] || die "no unit tests match: pool::"
-    if ! cargo +nightly miri test --lib --no-default-features --features std,soft -- pool::; then
+    if ! cargo +"$RDD_NIGHTLY" miri test --lib --no-default-features --features std,soft -- pool::; then
         die "Miri reported an error in pool:: (see above)"
     fi
     echo "miri.sh: all $count pool:: tests passed under Miri in $(($(date +%s) - start)) s" >&2

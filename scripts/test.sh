@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test suite of rdma-direct. Installs what it needs first
-# (Debian packages, rustup targets and components, pinned cargo tools), so
-# it works on a fresh machine. Fails loudly on the first failure; never
-# skips a stage silently.
+# (Debian packages, rustup and the pinned toolchains, pinned cargo tools:
+# scripts/install-deps.sh), so it works on a fresh Debian 12 machine. Fails
+# loudly on the first failure; never skips a stage silently.
 #
 #   scripts/test.sh            everything
 #   SKIP_INSTALL=1 scripts/test.sh   assume prerequisites are present
 #   SKIP_VM=1 scripts/test.sh        skip the VM suite (warns loudly; CI never sets it)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/toolchains.sh
+. scripts/toolchains.sh   # RDD_NIGHTLY, and cargo's bin directory on PATH
 export CARGO_TERM_COLOR=never
 
 stage() { printf '\n==== %s ====\n' "$*"; }
@@ -21,7 +23,7 @@ fi
 
 stage "format"
 cargo fmt --check
-(cd fuzz && cargo +nightly fmt --check)
+(cd fuzz && cargo +"$RDD_NIGHTLY" fmt --check)
 
 stage "clippy (default features, verbs)"
 cargo clippy --all-targets -- -D warnings

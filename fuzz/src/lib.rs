@@ -13,8 +13,9 @@
 //!   value is visible.
 //!
 //! The seeds under `fuzz/seeds/` are produced by the tests at the end of
-//! this file: `RDD_WRITE_SEEDS=1 cargo +nightly test` rewrites them, and a
-//! plain `cargo +nightly test` checks the committed files are current.
+//! this file: `RDD_WRITE_SEEDS=1 cargo +"$RDD_NIGHTLY" test` rewrites them,
+//! and a plain `cargo +"$RDD_NIGHTLY" test` checks the committed files are
+//! current (`RDD_NIGHTLY`: the pinned nightly, `scripts/toolchains.sh`).
 
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,8 @@
 //! The committed seed corpora, written from code so they stay readable.
 //!
-//! `cargo +nightly test` (in `fuzz/`) checks that `seeds/<target>/*` match
-//! what this file generates; `RDD_WRITE_SEEDS=1 cargo +nightly test`
+//! `cargo +"$RDD_NIGHTLY" test` (in `fuzz/`; `RDD_NIGHTLY` is the pinned
+//! nightly of `scripts/toolchains.sh`) checks that `seeds/<target>/*` match
+//! what this file generates; `RDD_WRITE_SEEDS=1 cargo +"$RDD_NIGHTLY" test`
 //! rewrites them. Each seed is a scenario in the input format documented
 //! at the top of the target; none of them may fail on a correct crate.
 
@@ -547,7 +548,7 @@ fn seeds_are_current() {
             let on_disk = std::fs::read(&path).unwrap_or_default();
             assert!(
                 on_disk == bytes,
-                "{} is stale: run `RDD_WRITE_SEEDS=1 cargo +nightly test` in fuzz/",
+                "{} is stale: run `RDD_WRITE_SEEDS=1 cargo +$RDD_NIGHTLY test` in fuzz/ (scripts/toolchains.sh)",
                 path.display()
             );
         }
