@@ -10,6 +10,8 @@
 #   KERNEL=6.12 scripts/softrdma-vm/build-vm.sh  second image on Debian's 6.12 LTS
 #                                                kernel (use: VM_KERNEL=6.12 vm-run.sh)
 #   FORCE=1 scripts/softrdma-vm/build-vm.sh      rebuild even when cached
+#   scripts/softrdma-vm/build-vm.sh --host-tools only install the host packages
+#                                                below (HOST_TOOLS), build nothing
 #
 # It is idempotent: when the cached image matches this recipe it returns in
 # well under a second. A cold build takes about 3 minutes on a 2-core host
@@ -17,11 +19,11 @@
 # Debian mirror; downloaded .debs and siw.ko stay cached in $VMDIR/work.
 #
 # What it installs on the host (apt, only when missing, never removing
-# anything): debootstrap, e2fsprogs, xz-utils, zstd, binutils, make, gcc-12,
-# libelf1 and qemu-system-x86. Where the host's qemu-utils comes from
-# bookworm-backports, qemu-system-x86 must come from there too (bookworm's
-# qemu-system-common conflicts with it), so the backports suite is added to
-# apt's sources for it.
+# anything; the list is HOST_TOOLS below): debootstrap, e2fsprogs, xz-utils,
+# zstd, binutils, make, gcc-12, libelf1 and qemu-system-x86. Where the
+# host's qemu-utils comes from bookworm-backports, qemu-system-x86 must come
+# from there too (bookworm's qemu-system-common conflicts with it), so the
+# backports suite is added to apt's sources for it.
 #
 # Debian builds its kernels without CONFIG_RDMA_SIW, so siw.ko is compiled
 # here out of tree from Debian's own linux-source and linux-headers packages
@@ -45,6 +47,13 @@
 # Exit status: 0 image ready; 1 a step failed (its log tail is printed);
 # 124 a step hit its timeout.
 set -euo pipefail
+
+HOST_TOOLS_ONLY=0
+case "${1:-}" in
+  "") ;;
+  --host-tools) HOST_TOOLS_ONLY=1 ;;
+  *) echo "usage: build-vm.sh [--host-tools]" >&2; exit 2 ;;
+esac
 
 VMDIR=${VMDIR:-$HOME/.cache/rdma-direct-vm}
 KERNEL=${KERNEL:-6.1}
@@ -114,18 +123,22 @@ apt_install() { # apt_install [apt-get options...] PKG...
     apt-get install -y -q --no-install-recommends --no-remove "$@"
 }
 
+# Host packages this script and vm-run.sh use, each as PACKAGE=COMMAND: the
+# command shows the package is there (no command: ask dpkg).
+HOST_TOOLS=(debootstrap=debootstrap e2fsprogs=mkfs.ext4 xz-utils=xz zstd=zstd
+            binutils=readelf make=make gcc-12=gcc-12 libelf1= qemu-system-x86=qemu-system-x86_64)
+
 ensure_host_tools() {
-  local missing=()
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v mkfs.ext4 >/dev/null   || missing+=(e2fsprogs)
-  command -v xz >/dev/null          || missing+=(xz-utils)
-  command -v zstd >/dev/null        || missing+=(zstd)
-  command -v readelf >/dev/null     || missing+=(binutils)
-  command -v make >/dev/null        || missing+=(make)
-  command -v gcc-12 >/dev/null      || missing+=(gcc-12)
-  dpkg -s libelf1 >/dev/null 2>&1   || missing+=(libelf1)
-  local want_qemu=0
-  command -v qemu-system-x86_64 >/dev/null || want_qemu=1
+  local missing=() want_qemu=0 t pkg cmd
+  for t in "${HOST_TOOLS[@]}"; do
+    pkg=${t%%=*} cmd=${t#*=}
+    if [ -n "$cmd" ]; then
+      command -v "$cmd" >/dev/null && continue
+    else
+      dpkg -s "$pkg" >/dev/null 2>&1 && continue
+    fi
+    if [ "$pkg" = qemu-system-x86 ]; then want_qemu=1; else missing+=("$pkg"); fi
+  done
   [ ${#missing[@]} = 0 ] && [ $want_qemu = 0 ] && return 0
 
   [ "$(id -u)" = 0 ] || fail "run as root: host packages missing: ${missing[*]} $([ $want_qemu = 1 ] && echo qemu-system-x86)"
@@ -191,6 +204,7 @@ pvh_kernel() {
 
 mkdir -p "$VMDIR" 2>/dev/null || fail "cannot create VMDIR=$VMDIR"
 ensure_host_tools
+[ "$HOST_TOOLS_ONLY" = 1 ] && exit 0
 
 # ------------------------------------------------------------ cache check
 if [ "${FORCE:-0}" != 1 ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$KEY" ] \
