@@ -8,13 +8,44 @@
 # Time budget (2-core CI machine, TCG emulation): image build 2.5-3 min the
 # first time (cached afterwards), host build ~2-4 min, VM suite ~1-3 min; every
 # step has a timeout (VM_TIMEOUT for the VM run, default 1500 s).
-# Needs root (the image build uses debootstrap; qemu comes from apt).
 #
-# Exit status: non-zero if anything fails (the VM suite's own status, 124 if
-# the VM timed out, 125 if it could not boot).
+# Preconditions, checked before anything is built (each failure says what
+# is needed and exits 1; nothing is skipped):
+#   root          apt-get installs packages; the image build runs
+#                 debootstrap and chroot
+#   Debian 12     the image is Debian bookworm, and the test binaries built
+#                 here run in it against its glibc and rdma-core 44
+#   packages      scripts/install-deps.sh --vm-test installs what is
+#                 missing: the host build packages (libibverbs-dev,
+#                 librdmacm-dev, libclang-dev, clang, gcc, ...; without them
+#                 the rdma-sys build fails), rustup and the stable toolchain,
+#                 and the VM stage's host packages (debootstrap, qemu, ...;
+#                 HOST_TOOLS in scripts/softrdma-vm/build-vm.sh)
+#
+# Exit status: non-zero if anything fails (1 a precondition; the VM suite's
+# own status, 124 if the VM timed out, 125 if it could not boot).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/toolchains.sh
+. scripts/toolchains.sh   # cargo's bin directory on PATH (a fresh rustup)
 export CARGO_TERM_COLOR=never
+
+need() {
+  echo "vm-test: cannot run: $*" >&2
+  exit 1
+}
+if [ "$(id -u)" != 0 ]; then
+  need "it must run as root (it installs Debian packages with apt-get and builds the VM image with debootstrap and chroot); run: sudo scripts/vm-test.sh"
+fi
+os_id=$( (. /etc/os-release && echo "${ID:-unknown} ${VERSION_ID:-}") 2>/dev/null || echo "unknown (no /etc/os-release)")
+if [ "$os_id" != "debian 12" ]; then
+  os_name=$( (. /etc/os-release && echo "${PRETTY_NAME:-$ID $VERSION_ID}") 2>/dev/null || echo "$os_id")
+  need "it needs a Debian 12 (bookworm) host, and this one is $os_name: the test VM is Debian bookworm, and the test binaries built here run inside it against bookworm's glibc and rdma-core"
+fi
+echo "vm-test: checking the prerequisites (scripts/install-deps.sh --vm-test)"
+if ! bash scripts/install-deps.sh --vm-test; then
+  need "its prerequisites are missing and could not be installed; the lines above name them (the host's Debian packages are APT_HOST in scripts/install-deps.sh, the VM stage's are HOST_TOOLS in scripts/softrdma-vm/build-vm.sh, the toolchain is rust-toolchain.toml's)"
+fi
 
 echo "vm-test: building the VM image (cached after the first time)"
 timeout 1200 bash scripts/softrdma-vm/build-vm.sh
