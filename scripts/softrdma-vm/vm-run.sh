@@ -88,10 +88,57 @@ case "${VM_ACCEL:-auto}" in
 esac
 
 CTL=$(mktemp -d "${TMPDIR:-/tmp}/rdd-vm.XXXXXX") || vm_fail "mktemp failed"
-QEMU_PID=
+# qemu runs under `timeout` (for VM_TIMEOUT): TIMEOUT_PID is the pid of
+# timeout, and qemu is its child, in timeout's own process group (so a
+# terminal's Ctrl-C never reaches it). Killing timeout alone would leave
+# qemu running: stop_vm signals the qemu process itself.
+TIMEOUT_PID=
 READERS=()
+# qemu_pid: the pid of the qemu process under timeout, if it still runs
+# (from qemu's -pidfile, else timeout's child list; only a process whose
+# parent is our timeout counts, so a stale or reused pid is never hit).
+# shellcheck disable=SC2317  # reached from the EXIT trap
+qemu_pid() {
+  local p
+  [ -n "$TIMEOUT_PID" ] || return 0
+  p=$(cat "$CTL/qemu.pid" 2>/dev/null || true)
+  [ -n "$p" ] || p=$(cut -d' ' -f1 "/proc/$TIMEOUT_PID/task/$TIMEOUT_PID/children" 2>/dev/null || true)
+  case "$p" in ''|*[!0-9]*) return 0 ;; esac
+  # /proc/PID/stat: "PID (COMM) STATE PPID ..."
+  [ "$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)" = "$TIMEOUT_PID" ] && echo "$p"
+  return 0
+}
+# running PID: the process exists and is not a zombie (a SIGKILL from
+# `timeout -k` also kills timeout, so its child may be left unreaped).
+# shellcheck disable=SC2317  # reached from the EXIT trap
+running() {
+  kill -0 "$1" 2>/dev/null && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+# stop_vm: SIGTERM to qemu (it exits at once; the disk is a snapshot, so
+# nothing is lost) and to timeout (which passes it on to qemu too), up to
+# 5 s for both to go, then SIGKILL; then reap timeout.
+# shellcheck disable=SC2317  # reached from the EXIT trap
+stop_vm() {
+  [ -n "$TIMEOUT_PID" ] || return 0
+  local q _
+  q=$(qemu_pid)
+  [ -n "$q" ] && kill -TERM "$q" 2>/dev/null
+  kill -TERM "$TIMEOUT_PID" 2>/dev/null
+  for _ in $(seq 50); do
+    running "$TIMEOUT_PID" || { [ -n "$q" ] && running "$q"; } || break
+    sleep 0.1
+  done
+  if [ -n "$q" ] && running "$q"; then
+    echo "vm-run.sh: qemu (pid $q) did not stop on SIGTERM; killing it" >&2
+    kill -KILL "$q" 2>/dev/null
+  fi
+  kill -KILL "$TIMEOUT_PID" 2>/dev/null
+  wait "$TIMEOUT_PID" 2>/dev/null
+  TIMEOUT_PID=
+}
+# shellcheck disable=SC2317  # reached from the EXIT trap
 on_exit() {
-  [ -n "$QEMU_PID" ] && kill -9 "$QEMU_PID" 2>/dev/null
+  stop_vm
   local p
   for p in "${READERS[@]}"; do kill "$p" 2>/dev/null; done
   rm -rf "$CTL"
@@ -309,11 +356,14 @@ timeout -k 5 "$VM_TIMEOUT" qemu-system-x86_64 \
   -device virtio-serial-pci,id=vser \
   -chardev "file,id=out,path=$CTL/out" -device virtserialport,bus=vser.0,chardev=out,name=rdd.stdout \
   -chardev "file,id=err,path=$CTL/err" -device virtserialport,bus=vser.0,chardev=err,name=rdd.stderr \
+  -pidfile "$CTL/qemu.pid" \
   < /dev/null > "$CTL/qemu.log" 2>&1 &
-QEMU_PID=$!
-wait "$QEMU_PID"
+TIMEOUT_PID=$!
+# A trapped signal (INT, TERM, HUP) ends this wait at once; its trap exits,
+# and on_exit stops qemu.
+wait "$TIMEOUT_PID"
 qemu_rc=$?
-QEMU_PID=
+TIMEOUT_PID=
 
 # If qemu never opened a FIFO, its reader still blocks in open(): an
 # O_RDWR open of our own completes that open, and closing it gives EOF.
