@@ -70,7 +70,10 @@ _rdd_toolchain_runs() {
 # comes first; rustup refuses it for names of official toolchains
 # ("invalid custom toolchain name"), and then the directory is linked
 # under rustup's own directory name for NAME (NAME-HOST), which is what
-# rustup looks up for `+NAME`.
+# rustup looks up for `+NAME`. A link, not a copy: rustc finds its sysroot
+# through it, so both names stay one toolchain for cargo-miri too (it
+# rebuilds its shared sysroot, ~/.cache/miri, whenever the toolchain's path
+# changes, which breaks Miri builds that share a target directory).
 _rdd_register_local() {
   local name=$1 dir=$2 host out
   if out=$(rustup toolchain link "$name" "$dir" 2>&1 | head -n 1; exit "${PIPESTATUS[0]}") &&
