@@ -114,15 +114,15 @@ rdd_ensure_stable() {
   if ! _rdd_toolchain_runs "$RDD_STABLE"; then
     comps=$(IFS=,; echo "${RDD_STABLE_COMPONENTS[*]}")
     targets=$(IFS=,; echo "${RDD_STABLE_TARGETS[*]}")
-    _rdd_say "installing the $RDD_STABLE toolchain (components $comps, targets $targets)"
-    if ! RUST_BACKTRACE=0 rustup toolchain install "$RDD_STABLE" --profile minimal -c "$comps" -t "$targets"; then
-      # Offline: an installed `stable` of exactly this version will do.
-      dir=$(_rdd_rustup_home)/toolchains/stable-$(_rdd_rustup_host)
-      have=$("$dir/bin/rustc" --version 2>/dev/null | awk '{print $2}')
-      if [ "$have" = "$RDD_STABLE" ]; then
-        _rdd_say "rustup could not download $RDD_STABLE; the installed stable ($dir) is rustc $have"
-        _rdd_register_local "$RDD_STABLE" "$dir" || return 1
-      else
+    # An installed `stable` of exactly this version is the same toolchain.
+    dir=$(_rdd_rustup_home)/toolchains/stable-$(_rdd_rustup_host)
+    have=$("$dir/bin/rustc" --version 2>/dev/null | awk '{print $2}')
+    if [ "$have" = "$RDD_STABLE" ]; then
+      _rdd_say "the installed stable ($dir) is rustc $have: using it as $RDD_STABLE"
+      _rdd_register_local "$RDD_STABLE" "$dir" || return 1
+    else
+      _rdd_say "installing the $RDD_STABLE toolchain (components $comps, targets $targets)"
+      if ! RUST_BACKTRACE=0 rustup toolchain install "$RDD_STABLE" --profile minimal -c "$comps" -t "$targets"; then
         _rdd_say "FAILED: rustup could not install $RDD_STABLE and no installed stable is rustc $RDD_STABLE (found: ${have:-none})."
         _rdd_say "needed: the Rust $RDD_STABLE toolchain with ${RDD_STABLE_COMPONENTS[*]} and the targets ${RDD_STABLE_TARGETS[*]}"
         return 1
@@ -144,15 +144,16 @@ rdd_ensure_nightly() {
   fi
   if ! _rdd_toolchain_runs "$RDD_NIGHTLY"; then
     comps=$(IFS=,; echo "${RDD_NIGHTLY_COMPONENTS[*]}")
-    _rdd_say "installing the $RDD_NIGHTLY toolchain (components $comps)"
-    if ! RUST_BACKTRACE=0 rustup toolchain install "$RDD_NIGHTLY" --profile minimal -c "$comps"; then
-      # Offline: an undated `nightly` from the same day will do.
-      dir=$(_rdd_rustup_home)/toolchains/nightly-$(_rdd_rustup_host)
-      date=$(sed -n 's/^date *= *"\([^"]*\)".*/\1/p' "$dir/lib/rustlib/multirust-channel-manifest.toml" 2>/dev/null | head -n 1)
-      if [ -n "$date" ] && [ "nightly-$date" = "$RDD_NIGHTLY" ]; then
-        _rdd_say "rustup could not download $RDD_NIGHTLY; the installed undated nightly ($dir) has manifest date $date"
-        _rdd_register_local "$RDD_NIGHTLY" "$dir" || return 1
-      else
+    # An undated `nightly` from the same day is the same build: use it
+    # rather than downloading a second copy.
+    dir=$(_rdd_rustup_home)/toolchains/nightly-$(_rdd_rustup_host)
+    date=$(sed -n 's/^date *= *"\([^"]*\)".*/\1/p' "$dir/lib/rustlib/multirust-channel-manifest.toml" 2>/dev/null | head -n 1)
+    if [ -n "$date" ] && [ "nightly-$date" = "$RDD_NIGHTLY" ]; then
+      _rdd_say "the installed undated nightly ($dir) has manifest date $date: using it as $RDD_NIGHTLY"
+      _rdd_register_local "$RDD_NIGHTLY" "$dir" || return 1
+    else
+      _rdd_say "installing the $RDD_NIGHTLY toolchain (components $comps)"
+      if ! RUST_BACKTRACE=0 rustup toolchain install "$RDD_NIGHTLY" --profile minimal -c "$comps"; then
         _rdd_say "FAILED: rustup could not install $RDD_NIGHTLY, and no installed undated nightly is from that day (found: ${date:-none})."
         _rdd_say "needed: the Rust toolchain $RDD_NIGHTLY with ${RDD_NIGHTLY_COMPONENTS[*]} (for Miri and fuzzing)"
         return 1
