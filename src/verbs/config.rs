@@ -1,0 +1,76 @@
+//! How a device is opened ([`VerbsConfig`]), which data path it gives its
+//! QPs and CQs ([`DataPath`]), and the device limits requests are checked
+//! against ([`DeviceCaps`]).
+
+use std::string::String;
+
+use crate::error::{Error, Result};
+
+/// How to open a device.
+#[derive(Clone, Debug, Default)]
+pub struct VerbsConfig {
+    /// Device name (`None`: the first device).
+    pub device: Option<String>,
+    /// Port (1-based; 0 means 1).
+    pub port: u8,
+    /// GID index QPs send from (`None`: on RoCE the RoCEv2 IPv4 entry,
+    /// else 0).
+    pub gid_index: Option<u8>,
+    /// Which data path QPs and CQs use.
+    pub data_path: DataPath,
+}
+
+/// Which data path a [`VerbsDevice`](super::VerbsDevice) gives its QPs and CQs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataPath {
+    /// The fastest the device has: the mlx5 core on ConnectX, the direct
+    /// rxe/siw rings on the kernel's software devices, libibverbs
+    /// otherwise. The environment variable `RDMA_DIRECT_DATA_PATH`
+    /// (`portable` or `direct`) overrides it, so a whole program or test
+    /// suite can be run on either path unchanged.
+    #[default]
+    Auto,
+    /// libibverbs' `ibv_post_send` / `ibv_poll_cq` (any device).
+    Portable,
+    /// rdma-direct's own WQEs, doorbells and completion polling: mlx5, rxe
+    /// or siw; [`Error::Unsupported`] on other devices.
+    Direct,
+}
+
+impl DataPath {
+    /// `Auto` resolved through `RDMA_DIRECT_DATA_PATH`.
+    pub(super) fn resolve(self) -> Result<DataPath> {
+        if self != DataPath::Auto {
+            return Ok(self);
+        }
+        match std::env::var("RDMA_DIRECT_DATA_PATH").as_deref() {
+            Err(_) | Ok("") | Ok("auto") => Ok(DataPath::Auto),
+            Ok("portable") => Ok(DataPath::Portable),
+            Ok("direct") => Ok(DataPath::Direct),
+            Ok(_) => Err(Error::InvalidAttribute),
+        }
+    }
+}
+
+/// Device attributes the backend checks requests against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// WRs per queue.
+    pub max_qp_wr: u32,
+    /// SGEs per WR.
+    pub max_sge: u32,
+    /// CQ entries.
+    pub max_cqe: u32,
+    /// Outstanding RDMA READ/atomic per QP (responder).
+    pub max_qp_rd_atom: u32,
+    /// Outstanding RDMA READ/atomic per QP (initiator).
+    pub max_qp_init_rd_atom: u32,
+    /// RDMA atomics (`IBV_ATOMIC_HCA` or `_GLOB`).
+    pub atomics: bool,
+    /// The provider's mlx5 direct path is in use.
+    pub direct_mlx5: bool,
+    /// The device has type-2 memory windows (`IBV_DEVICE_MEM_WINDOW_TYPE_2A`
+    /// or `_2B`): rkeys that can be bound and invalidated without
+    /// re-registering (see [`crate::expose`]).
+    pub memory_windows: bool,
+}
