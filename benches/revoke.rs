@@ -4,7 +4,7 @@
 //! (rxe). `docs/benchmarks.md` ("Revocation: memory windows against
 //! re-registration") has the figures.
 //!
-//! Usage: `revoke --device NAME [--data-path auto|direct|portable]
+//! Usage: `revoke --device NAME [--data-path auto|direct|fallback]
 //! [--iters N] [--reps N] [--gid-index N]`
 //!
 //! For each exposed size (4 KiB, 1 MiB, 16 MiB; one region of 16 MiB,
@@ -72,7 +72,7 @@ fn parse_args() -> Result<Args, String> {
                 a.data_path = match v.as_str() {
                     "auto" => DataPath::Auto,
                     "direct" => DataPath::Direct,
-                    "portable" => DataPath::Portable,
+                    "fallback" | "portable" => DataPath::Fallback,
                     _ => return Err(format!("--data-path: {v}?")),
                 }
             }

@@ -1,5 +1,5 @@
 //! RDMA WRITE message rate and latency through the verbs backend's
-//! portable data path (`ibv_post_send` chains and `ibv_poll_cq`), shaped
+//! data paths (`ibv_post_send` chains and `ibv_poll_cq`), shaped
 //! like perftest's `ib_write_bw` and `ib_write_lat` so the two can be
 //! compared on the same device. `scripts/vm-bench.sh` runs both inside the
 //! test VM and prints the comparison; results are in `docs/benchmarks.md`
@@ -8,11 +8,11 @@
 //! Usage:
 //! `verbs_write --mode bw|lat --device NAME [--size BYTES] [--iters N]
 //! [--tx-depth N] [--cq-mod N] [--batch N] [--warmup N] [--ip ADDR]
-//! [--gid-index N] [--data-path auto|direct|portable]`
+//! [--gid-index N] [--data-path auto|direct|fallback]`
 //!
 //! `--data-path` picks the backend's data path ([`DataPath`]): on rxe and
 //! siw `direct` is rdma-direct's own rings (WQEs written by us, one empty
-//! POST_SEND per chain as the doorbell), `portable` is libibverbs'
+//! POST_SEND per chain as the doorbell), `fallback` is libibverbs'
 //! provider (`ibv_post_send` with a chain per call; `--batch 1` is one WR
 //! per call, as perftest posts). The bw line reports the write() system
 //! calls the process made during the timed loop, per WR (`syscw` of
@@ -107,7 +107,7 @@ struct Args {
 fn usage() -> String {
     "usage: verbs_write --mode bw|lat --device NAME [--size BYTES] [--iters N] \
      [--tx-depth N] [--cq-mod N] [--batch N] [--warmup N] [--ip ADDR] [--gid-index N] \
-     [--data-path auto|direct|portable]"
+     [--data-path auto|direct|fallback]"
         .into()
 }
 
@@ -154,7 +154,7 @@ fn parse_args() -> Result<Args, String> {
                 data_path = match val()?.as_str() {
                     "auto" => DataPath::Auto,
                     "direct" => DataPath::Direct,
-                    "portable" => DataPath::Portable,
+                    "fallback" | "portable" => DataPath::Fallback,
                     p => return Err(format!("unknown data path {p}")),
                 }
             }

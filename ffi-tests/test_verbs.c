@@ -2,7 +2,7 @@
  * The C object API on a kernel RDMA device (rxe and siw in the test VM,
  * where scripts/vm-suite.sh runs it): rdd_device_open_verbs, then the same
  * calls as on the software device. On rxe the QPs run on rdma-direct's own
- * rings by default (RDMA_DIRECT_DATA_PATH=portable selects libibverbs'
+ * rings by default (RDMA_DIRECT_DATA_PATH=fallback selects libibverbs'
  * provider): SEND with inline data into a posted receive, RDMA WRITE,
  * READ and FETCH_ADD with the memory checked, an event-mode wait, a chain
  * of 64 WRITEs, a bad rkey reported by rdd_qp_failed_wr, and one-call

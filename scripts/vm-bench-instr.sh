@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # User-space instructions per RDMA WRITE on rxe and siw, counted by
 # callgrind: rdma-direct's own rings (one doorbell per chain of up to 32),
-# its portable path (libibverbs, chains of up to 32 per ibv_post_send), the
-# portable path with one WR per ibv_post_send, and perftest's ib_write_bw
+# the verbs fallback (libibverbs, chains of up to 32 per ibv_post_send), the
+# verbs fallback with one WR per ibv_post_send, and perftest's ib_write_bw
 # client. Runs INSIDE the test VM; from the host:
 #
 #   export CARGO_TARGET_DIR=$PWD/target/h-bench
@@ -102,8 +102,8 @@ for dev in $DEVICES; do
   dev_setup "$dev"
   for n in "$N1" "$N2"; do
     ours direct "$n" --data-path direct --batch 32
-    ours portable "$n" --data-path portable --batch 32
-    ours portable1 "$n" --data-path portable --batch 1
+    ours fallback "$n" --data-path fallback --batch 32
+    ours fallback1 "$n" --data-path fallback --batch 1
     perftest_client "$n"
   done
 done
@@ -115,9 +115,9 @@ per_wr() {
 echo
 echo "### User-space instructions per 8-byte RDMA WRITE (callgrind, (Ir($N2) - Ir($N1)) / $((N2 - N1)))"
 echo
-echo "| device | ours, direct rings, ≤ 32 per doorbell | ours, portable (libibverbs), ≤ 32 per call | ours, portable, 1 per call | perftest ib_write_bw client |"
+echo "| device | ours, direct rings, ≤ 32 per doorbell | ours, verbs fallback (libibverbs), ≤ 32 per call | ours, verbs fallback, 1 per call | perftest ib_write_bw client |"
 echo "|---|---:|---:|---:|---:|"
 for dev in $DEVICES; do
-  echo "| $dev | $(per_wr "$dev" direct) | $(per_wr "$dev" portable) | $(per_wr "$dev" portable1) | $(per_wr "$dev" perftest) |"
+  echo "| $dev | $(per_wr "$dev" direct) | $(per_wr "$dev" fallback) | $(per_wr "$dev" fallback1) | $(per_wr "$dev" perftest) |"
 done
 exit "$FAILED"

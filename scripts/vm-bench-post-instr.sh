@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # User-space instructions per WR spent inside post_send alone (the crate's
-# PortableQp::post_send of the direct rxe rings and of the portable path),
+# QpDriver::post_send of the direct rxe rings and of the verbs fallback),
 # counted by callgrind with --toggle-collect, for one or more verbs_write
 # binaries (e.g. built from two commits). Runs INSIDE the test VM:
 #
@@ -21,10 +21,10 @@ ir() { awk '/^summary:/ { print $2; exit }' "$1"; }
 echo "| binary | data path | post_send instructions per WR |"
 echo "|---|---|---:|"
 for bin in "$@"; do
-  for path in direct portable; do
+  for path in direct fallback; do
     for n in 2000 6000; do
       valgrind --tool=callgrind --callgrind-out-file="$T/cg.$n" \
-        --toggle-collect='*PortableQp>::post_send*' \
+        --toggle-collect='*QpDriver>::post_send*' \
         "$bin" --device "$RXE_DEV" --gid-index "$RXE_GID_INDEX" --mode bw --size 8 \
         --iters "$n" --tx-depth 128 --cq-mod 100 --data-path "$path" \
         > /dev/null 2> "$T/err" || { tail -n 20 "$T/err" >&2; exit 1; }

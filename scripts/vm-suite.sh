@@ -27,7 +27,7 @@
 #              device in-process (scripts/vm-interop.sh)
 #   (the verbs and interop stages run twice: on rdma-direct's own rxe/siw
 #   rings, RDMA_DIRECT_DATA_PATH=direct, and on libibverbs' providers,
-#   =portable)
+#   =fallback)
 #   two-host   our programs on the two devices of the veth pair: pingpong
 #              (rxe, out-of-band) and rping (siw, rdma_cm, in two network
 #              namespaces) (scripts/vm-two-host.sh)
@@ -64,14 +64,14 @@ stage smoke bash "$HERE/vm-smoke.sh"
 IFS=: read -r -a TESTBINS <<<"$TESTBIN"
 # The device tests and the interop checks run on both data paths rxe and
 # siw have: rdma-direct's own rings ("direct", the default) and
-# libibverbs' provider ("portable").
-for path in direct portable; do
+# libibverbs' provider ("fallback").
+for path in direct fallback; do
   for t in "${TESTBINS[@]}"; do
     [ -x "$t" ] || { echo "vm-suite.sh: not executable: $t" >&2; exit 2; }
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
     # The raw uverbs layer and the direct-path tests (which pick their
     # paths themselves) run once.
-    case $name in uverbs_raw|direct_paths) [ "$path" = portable ] && continue ;; esac
+    case $name in uverbs_raw|direct_paths) [ "$path" = fallback ] && continue ;; esac
     stage "$path:$name" env RDMA_DIRECT_DATA_PATH=$path \
       ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       timeout 600 "$t" --test-threads=1

@@ -73,7 +73,7 @@ pub enum Error {
     /// The device has no room for another object of this kind.
     ResourceExhausted = 1404,
     /// The backend cannot do this (e.g. an operation that needs the direct
-    /// mlx5 queues on a device served by the portable verbs data path).
+    /// mlx5 queues on a device served by the verbs fallback).
     Unsupported = 1405,
     /// No RDMA device, or none with the requested name (on a host whose
     /// kernel has no RDMA support, libibverbs lists nothing).

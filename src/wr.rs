@@ -410,7 +410,7 @@ pub fn validate_recv(wr: &RecvWr<'_>, caps: &QpCaps) -> Result<()> {
 
 /// A work request that failed, as it was posted: what an error completion
 /// is about, decoded from the WQE still in the ring (mlx5) or from the
-/// copy the portable path keeps. [`FailedWr::likely_causes`] explains the
+/// copy a driver path keeps. [`FailedWr::likely_causes`] explains the
 /// status in words.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FailedWr {

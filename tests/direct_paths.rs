@@ -187,7 +187,7 @@ fn rings_wrap_many_times() {
 fn direct_qp_talks_to_a_libibverbs_qp_both_ways() {
     for (name, ip) in devices("direct_qp_talks_to_a_libibverbs_qp_both_ways") {
         let ddev = open(&name, DataPath::Direct);
-        let pdev = open(&name, DataPath::Portable);
+        let pdev = open(&name, DataPath::Fallback);
         let (dpd, ppd) = (ddev.alloc_pd().unwrap(), pdev.alloc_pd().unwrap());
         let mut dcq = ddev.create_cq(64).unwrap();
         let mut pcq = pdev.create_cq(64).unwrap();

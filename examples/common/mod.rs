@@ -259,7 +259,7 @@ mod verbs_impl {
             port: 1,
             gid_index: gid,
             // Auto: the direct path where the device has one (mlx5, rxe,
-            // siw); RDMA_DIRECT_DATA_PATH=portable|direct overrides it.
+            // siw); RDMA_DIRECT_DATA_PATH=fallback|direct overrides it.
             ..VerbsConfig::default()
         };
         let shown = name.unwrap_or("(first device)");

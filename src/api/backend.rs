@@ -1,5 +1,5 @@
-//! The control path a device runs on ([`Backend`]), the portable data-path
-//! traits, and the raw CQ and QP handles a backend hands out.
+//! The control path a device runs on ([`Backend`]), the data-path driver
+//! traits ([`QpDriver`], [`CqDriver`]), and the raw CQ and QP handles a backend hands out.
 
 use std::any::Any;
 use std::boxed::Box;
@@ -18,7 +18,7 @@ use super::{Access, AsyncEvent, QpInit, QpModify, QpState, Wc};
 /// Implementations validate every WR with the crate's rules (same typed
 /// errors as the direct path) before handing it to the provider, and stop
 /// at the first refused WR like [`super::Qp::post_send`].
-pub trait PortableQp: Send {
+pub trait QpDriver: Send {
     /// Posts send WRs, batching them into as few provider calls as it can.
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError>;
     /// Posts receive WRs.
@@ -42,9 +42,9 @@ pub trait PortableQp: Send {
     fn state_changed(&mut self, state: QpState);
 }
 
-/// The completion side of a portable data path: polls one CQ and reports
+/// The completion side of a data-path driver: polls one CQ and reports
 /// completions with the user's wr_ids.
-pub trait PortableCq: Send {
+pub trait CqDriver: Send {
     /// Polls up to `out.len()` completions.
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize>;
     /// Entries the CQ holds.
@@ -62,7 +62,7 @@ pub enum RawCqPath {
     /// mlx5 CQ memory, polled by the crate's core.
     Mlx5(Mlx5dvCq),
     /// A provider-polled CQ.
-    Portable(Box<dyn PortableCq>),
+    Driver(Box<dyn CqDriver>),
 }
 
 /// What a backend hands out for a CQ: its queues plus whatever keeps the
@@ -81,7 +81,7 @@ pub enum RawQpPath {
     /// mlx5 queue memory (`mlx5dv_qp` fields), written by the crate's core.
     Mlx5(Mlx5dvQp),
     /// A provider-posted QP.
-    Portable(Box<dyn PortableQp>),
+    Driver(Box<dyn QpDriver>),
 }
 
 /// What a backend hands out for a QP.

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::provider::mlx5::{CompletionQueue, CqRoute};
 use crate::sync::{AtomicU32, Ordering};
 
-use super::{Adaptive, AdaptiveConfig, Backend, Headroom, PortableCq, WaitMode, Wc};
+use super::{Adaptive, AdaptiveConfig, Backend, CqDriver, Headroom, WaitMode, Wc};
 
 pub(super) struct CqInner<B: Backend> {
     pub(super) b: Arc<B>,
@@ -66,7 +66,7 @@ pub(super) enum CqPath {
     /// The crate's mlx5 core.
     Mlx5(CompletionQueue),
     /// A provider-polled CQ.
-    Portable(Box<dyn PortableCq>),
+    Driver(Box<dyn CqDriver>),
 }
 
 impl<B: Backend> Cq<B> {
@@ -78,7 +78,7 @@ impl<B: Backend> Cq<B> {
     pub fn depth(&self) -> u32 {
         match &self.cq {
             CqPath::Mlx5(cq) => cq.cqe_cnt(),
-            CqPath::Portable(p) => p.depth(),
+            CqPath::Driver(p) => p.depth(),
         }
     }
     /// Polls up to `out.len()` completions of the QPs in `route` (one
@@ -86,7 +86,8 @@ impl<B: Backend> Cq<B> {
     /// lock-free.
     #[inline]
     ///
-    /// On a portable CQ (provider-polled) the route is not needed: the
+    /// On a driver CQ ([`CqDriver`](super::CqDriver): the direct rxe/siw
+    /// rings or the verbs fallback) the route is not needed: the
     /// provider retires queue space itself.
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
         if self.inner.metered() {
@@ -94,7 +95,7 @@ impl<B: Backend> Cq<B> {
         }
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.poll(route, out),
-            CqPath::Portable(p) => p.poll(out),
+            CqPath::Driver(p) => p.poll(out),
         }
     }
 
@@ -114,8 +115,8 @@ impl<B: Backend> Cq<B> {
                 let r = mlx5(cq, out);
                 (r, cq.consumer_index().wrapping_sub(ci))
             }
-            CqPath::Portable(p) => {
-                // The portable path reports every completion it was asked
+            CqPath::Driver(p) => {
+                // A driver reports every completion it was asked
                 // for (its own forced signals are neither counted at post
                 // nor reported here).
                 let r = p.poll(out);
@@ -140,7 +141,7 @@ impl<B: Backend> Cq<B> {
     pub fn arm(&mut self) -> Result<()> {
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.arm(false),
-            CqPath::Portable(p) => p.arm(),
+            CqPath::Driver(p) => p.arm(),
         }
     }
 
@@ -151,7 +152,7 @@ impl<B: Backend> Cq<B> {
     pub fn arm_solicited(&mut self) -> Result<()> {
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.arm(true),
-            CqPath::Portable(p) => p.arm_solicited(),
+            CqPath::Driver(p) => p.arm_solicited(),
         }
     }
 

@@ -127,11 +127,11 @@ impl<B: Backend> Device<B> {
                     }
                 }
             }
-            RawCqPath::Portable(p) => CqPath::Portable(p),
+            RawCqPath::Driver(p) => CqPath::Driver(p),
         };
         let capacity = match &cq {
             CqPath::Mlx5(c) => c.cqe_cnt(),
-            CqPath::Portable(p) => p.depth(),
+            CqPath::Driver(p) => p.depth(),
         };
         Ok(Cq {
             adaptive: Adaptive::new(AdaptiveConfig::default()),

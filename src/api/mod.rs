@@ -51,8 +51,7 @@ pub use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
 
 pub use async_event::AsyncEvent;
 pub use backend::{
-    Backend, MrKeys, PortInfo, PortableCq, PortableQp, RawCq, RawCqPath, RawQp, RawQpPath,
-    Transport,
+    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawQp, RawQpPath, Transport,
 };
 pub(crate) use connect::connect_steps_for;
 pub use connect::{ConnectAttr, QpInfo};

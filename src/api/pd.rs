@@ -71,14 +71,14 @@ impl<B: Backend> Pd<B> {
                     return Err(e);
                 }
             },
-            RawQpPath::Portable(p) => QpPath::Portable(p),
+            RawQpPath::Driver(p) => QpPath::Driver(p),
         };
         // The CQ sizing guard: every WR the queues can hold may complete
         // at once (a flush completes all of them, signaled or not), so
         // each CQ must hold the sum over its QPs.
         let (send_need, recv_need) = match &path {
             QpPath::Mlx5(q) => (q.dv.sq_wqe_cnt, q.dv.rq_wqe_cnt),
-            QpPath::Portable(p) => p.capacity(),
+            QpPath::Driver(p) => p.capacity(),
         };
         let demand = CqDemand {
             send: u64::from(send_need),

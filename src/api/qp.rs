@@ -16,8 +16,8 @@ use crate::wr::{QpCaps, RecvWr, SendWr};
 use super::cq::{CqDemand, CqInner};
 use super::device::PdInner;
 use super::{
-    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, PortableQp, QpInfo,
-    QpModify, QpState, Transport,
+    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, QpDriver, QpInfo, QpModify,
+    QpState, Transport,
 };
 
 /// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
@@ -41,7 +41,7 @@ pub(super) enum QpPath {
     /// The crate's mlx5 core.
     Mlx5(Mlx5Queues),
     /// A provider-posted QP.
-    Portable(Box<dyn PortableQp>),
+    Driver(Box<dyn QpDriver>),
 }
 
 /// The mlx5 queues of a QP.
@@ -114,15 +114,15 @@ impl<B: Backend> Qp<B> {
     pub fn state(&self) -> QpState {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.state(),
-            QpPath::Portable(p) => p.state(),
+            QpPath::Driver(p) => p.state(),
         }
     }
     /// Free send-queue space: 64-byte basic blocks on the mlx5 path, WRs
-    /// on the portable path (the unit a WR of the smallest shape uses).
+    /// on a driver path (the unit a WR of the smallest shape uses).
     pub fn send_space(&self) -> u32 {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.free_bbs(),
-            QpPath::Portable(p) => p.send_space(),
+            QpPath::Driver(p) => p.send_space(),
         }
     }
     /// The first WR that failed since the QP was created or last went
@@ -133,7 +133,7 @@ impl<B: Backend> Qp<B> {
     pub fn failure(&self) -> Option<crate::wr::FailedWr> {
         match &self.path {
             QpPath::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
-            QpPath::Portable(p) => p.failure(),
+            QpPath::Driver(p) => p.failure(),
         }
     }
     /// This QP's initial send PSN.
@@ -153,7 +153,7 @@ impl<B: Backend> Qp<B> {
                 q.sq.set_state(state);
                 q.rq.set_state(state);
             }
-            QpPath::Portable(p) => p.state_changed(state),
+            QpPath::Driver(p) => p.state_changed(state),
         }
     }
     /// Connection data to give the peer.
@@ -180,7 +180,7 @@ impl<B: Backend> Qp<B> {
                 q.sq.set_state(m.state);
                 q.rq.set_state(m.state);
             }
-            QpPath::Portable(p) => p.state_changed(m.state),
+            QpPath::Driver(p) => p.state_changed(m.state),
         }
         Ok(())
     }
@@ -219,7 +219,7 @@ impl<B: Backend> Qp<B> {
             // against registered regions (lkey, bounds, PD, access) before
             // any access; scatter-to-CQE is disabled on the API's pollers.
             QpPath::Mlx5(q) => unsafe { q.sq.post_list(wrs) },
-            QpPath::Portable(p) => p.post_send(wrs),
+            QpPath::Driver(p) => p.post_send(wrs),
         }
     }
 
@@ -234,7 +234,7 @@ impl<B: Backend> Qp<B> {
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.sq.post_one(wr) },
-            QpPath::Portable(p) => p.post_send(core::slice::from_ref(wr)).map_err(|e| e.error),
+            QpPath::Driver(p) => p.post_send(core::slice::from_ref(wr)).map_err(|e| e.error),
         }
     }
 
@@ -252,7 +252,7 @@ impl<B: Backend> Qp<B> {
         match &mut self.path {
             // SAFETY: as in `post_send`.
             QpPath::Mlx5(q) => unsafe { q.rq.post_list(wrs) },
-            QpPath::Portable(p) => p.post_recv(wrs),
+            QpPath::Driver(p) => p.post_recv(wrs),
         }
     }
 
@@ -279,7 +279,7 @@ impl<B: Backend> Qp<B> {
                 let r = unsafe { q.sq.post_list(&wrs[..n]) };
                 (r, q.sq.forced_signals().wrapping_sub(f))
             }
-            QpPath::Portable(p) => (p.post_send(&wrs[..n]), 0),
+            QpPath::Driver(p) => (p.post_send(&wrs[..n]), 0),
         };
         let posted = match &r {
             Ok(()) => n,

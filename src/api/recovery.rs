@@ -22,14 +22,14 @@ pub struct Recovery {
 
 impl<B: Backend> Qp<B> {
     /// Work posted and not yet completed: send-queue basic blocks (mlx5) or
-    /// send WRs (portable), plus receives.
+    /// send WRs (a driver path), plus receives.
     pub fn outstanding(&self) -> u64 {
         match &self.path {
             QpPath::Mlx5(q) => {
                 u64::from(q.sq.producer().wrapping_sub(q.sq.retired()))
                     + u64::from(q.rq.head().wrapping_sub(q.rq.tail()))
             }
-            QpPath::Portable(p) => p.outstanding(),
+            QpPath::Driver(p) => p.outstanding(),
         }
     }
 

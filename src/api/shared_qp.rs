@@ -267,9 +267,9 @@ impl<B: Backend> Cq<B> {
         }
         match &mut self.cq {
             CqPath::Mlx5(cq) => cq.poll_to(route, out),
-            // Shared QPs exist only on the mlx5 path; a portable CQ has
+            // Shared QPs exist only on the mlx5 path; a driver CQ has
             // none of their completions to route.
-            CqPath::Portable(p) => p.poll(out),
+            CqPath::Driver(p) => p.poll(out),
         }
     }
 }

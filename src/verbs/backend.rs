@@ -195,7 +195,7 @@ impl Backend for VerbsDevice {
         } else {
             // SAFETY: live CQ.
             let granted = unsafe { (*cq).cqe }.max(0) as u32;
-            RawCqPath::Portable(std::boxed::Box::new(path::VerbsCq::new(
+            RawCqPath::Driver(std::boxed::Box::new(path::VerbsCq::new(
                 cq,
                 Arc::clone(&registry),
                 granted,
@@ -318,7 +318,7 @@ impl Backend for VerbsDevice {
             ia.cap.max_send_wr.max(init.max_send_wr),
             ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
         ));
-        let portable = path::VerbsQp::new(
+        let fallback = path::VerbsQp::new(
             qp,
             Arc::clone(&track),
             caps,
@@ -336,7 +336,7 @@ impl Backend for VerbsDevice {
             [send_cq, recv_cq],
         );
         Ok(RawQp {
-            path: RawQpPath::Portable(std::boxed::Box::new(portable)),
+            path: RawQpPath::Driver(std::boxed::Box::new(fallback)),
             qpn,
             caps,
             psn: random_psn(),

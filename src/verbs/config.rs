@@ -26,12 +26,14 @@ pub enum DataPath {
     /// The fastest the device has: the mlx5 core on ConnectX, the direct
     /// rxe/siw rings on the kernel's software devices, libibverbs
     /// otherwise. The environment variable `RDMA_DIRECT_DATA_PATH`
-    /// (`portable` or `direct`) overrides it, so a whole program or test
-    /// suite can be run on either path unchanged.
+    /// (`fallback` or `direct`; `portable` is an older name of `fallback`)
+    /// overrides it, so a whole program or test suite can be run on either
+    /// path unchanged.
     #[default]
     Auto,
-    /// libibverbs' `ibv_post_send` / `ibv_poll_cq` (any device).
-    Portable,
+    /// The verbs fallback: libibverbs' own provider, `ibv_post_send` /
+    /// `ibv_poll_cq` (any device).
+    Fallback,
     /// rdma-direct's own WQEs, doorbells and completion polling: mlx5, rxe
     /// or siw; [`Error::Unsupported`] on other devices.
     Direct,
@@ -45,7 +47,7 @@ impl DataPath {
         }
         match std::env::var("RDMA_DIRECT_DATA_PATH").as_deref() {
             Err(_) | Ok("") | Ok("auto") => Ok(DataPath::Auto),
-            Ok("portable") => Ok(DataPath::Portable),
+            Ok("fallback") | Ok("portable") => Ok(DataPath::Fallback),
             Ok("direct") => Ok(DataPath::Direct),
             Ok(_) => Err(Error::InvalidAttribute),
         }

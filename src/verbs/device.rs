@@ -28,7 +28,7 @@ pub(super) struct QpEntry {
     pub(super) qp: Raw<sys::ibv_qp>,
     /// The rxe/siw direct path's QP.
     pub(super) direct: Option<Arc<uverbs::UverbsQp>>,
-    /// Portable path: the wr_id tables.
+    /// Verbs fallback: the wr_id tables.
     pub(super) track: Option<Arc<path::QpTrack>>,
     /// mlx5 direct path: the thread domain (freed after the QP).
     pub(super) _td: Option<mlx5::ThreadDomain>,
@@ -84,7 +84,7 @@ pub struct VerbsDevice {
     pub(super) direct: Option<(uverbs::Kind, uverbs::AsyncEvents)>,
     pub(super) tables: Mutex<Tables>,
     /// Memory windows and the regions they may be bound to, shared with
-    /// the portable QPs (libibverbs' BIND_MW work request names both by
+    /// the verbs-fallback QPs (libibverbs' BIND_MW work request names both by
     /// pointer).
     pub(super) windows: Arc<Mutex<path::WindowTable>>,
 }
@@ -107,12 +107,12 @@ impl VerbsDevice {
     }
 
     /// The data path this device's QPs use: [`DataPath::Direct`] (mlx5
-    /// core, or rdma-direct's own rxe/siw rings) or [`DataPath::Portable`].
+    /// core, or rdma-direct's own rxe/siw rings) or [`DataPath::Fallback`].
     pub fn data_path(&self) -> DataPath {
         if self.direct.is_some() || self.caps.direct_mlx5 {
             DataPath::Direct
         } else {
-            DataPath::Portable
+            DataPath::Fallback
         }
     }
 

@@ -5,7 +5,7 @@
 //! The kernel is the consumer; libibverbs' rxe/siw providers are not
 //! involved beyond the PD and MRs.
 //!
-//! Behind [`PortableQp`]/[`PortableCq`], with the portable path's
+//! Behind [`QpDriver`]/[`CqDriver`], with the verbs fallback's
 //! bookkeeping ([`QpTrack`], [`CqRegistry`]): the rings carry our own
 //! wr_ids (a sequence number per queue; bit 63 marks receives), which the
 //! poller maps back to the user's, so send-queue space is exact and an
@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::path::{CqRegistry, QpTrack, RegistryView, RECV_BIT};
 use super::uverbs::{UverbsCq, UverbsQp};
-use crate::api::{PortableCq, PortableQp};
+use crate::api::{CqDriver, QpDriver};
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::{QpState, Wc};
 use crate::provider::{rxe, siw};
@@ -161,7 +161,7 @@ impl DirectQp {
     }
 }
 
-impl PortableQp for DirectQp {
+impl QpDriver for DirectQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32) {
@@ -422,7 +422,7 @@ impl DirectCq {
     }
 }
 
-impl PortableCq for DirectCq {
+impl CqDriver for DirectCq {
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
         self.view.refresh();
         let mut filled = 0usize;
@@ -530,7 +530,7 @@ impl VerbsDevice {
             },
         );
         Ok(RawCq {
-            path: RawCqPath::Portable(std::boxed::Box::new(poller)),
+            path: RawCqPath::Driver(std::boxed::Box::new(poller)),
             cqn,
             keep: self.ctx.clone(),
         })
@@ -648,7 +648,7 @@ impl VerbsDevice {
             [send_cq, recv_cq],
         );
         Ok(RawQp {
-            path: RawQpPath::Portable(std::boxed::Box::new(dq)),
+            path: RawQpPath::Driver(std::boxed::Box::new(dq)),
             qpn,
             caps,
             psn: super::random_psn(),

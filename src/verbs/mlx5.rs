@@ -14,8 +14,8 @@
 //! it is compiled and layout-checked everywhere (`tests/layout_bindgen.rs`
 //! compares the structs below with bindgen's), and the core it feeds is
 //! tested on the software device. `docs/verbs.md` says what a user with a
-//! NIC runs to check it. `DataPath::Portable` (or
-//! `RDMA_DIRECT_DATA_PATH=portable`) uses the portable path on mlx5 as
+//! NIC runs to check it. `DataPath::Fallback` (or
+//! `RDMA_DIRECT_DATA_PATH=fallback`) uses the verbs fallback on mlx5 as
 //! well.
 
 use core::ffi::c_int;

@@ -9,7 +9,7 @@
 //!
 //! The data path depends on the provider:
 //! * on every provider without a direct path (rxe, siw, ...) QPs and CQs use
-//!   the portable path in [`path`]: `ibv_post_send` / `ibv_post_recv` with
+//!   the verbs fallback in [`path`]: `ibv_post_send` / `ibv_post_recv` with
 //!   a chain of WRs per call, and `ibv_poll_cq`, behind the same
 //!   [`crate::api::Qp`] calls, with the crate's WR validation and its
 //!   wr_id bookkeeping (so queue space is exact and unsignaled WRs stay

@@ -105,7 +105,7 @@ impl VerbsDevice {
         // The rxe/siw direct path creates its own CQs and QPs with raw
         // uverbs commands; it takes a context of its own, so that no
         // libibverbs object shares its async events (reference §F).
-        let (ctx, owned) = if path == DataPath::Portable {
+        let (ctx, owned) = if path == DataPath::Fallback {
             open_context(cfg.device.as_deref())?
         } else {
             let (c, owned) = open_context(cfg.device.as_deref())?;
@@ -133,7 +133,7 @@ impl VerbsDevice {
         // SAFETY: live context.
         let kind = unsafe { uverbs::Kind::detect(ctx.ctx) };
         let direct = match (path, kind) {
-            (DataPath::Portable, _) => None,
+            (DataPath::Fallback, _) => None,
             // SAFETY: live context, kept open by `ctx` (held by the device).
             (_, Some(k)) => Some((k, unsafe { uverbs::AsyncEvents::new(ctx.ctx) }?)),
             (_, None) => None,
@@ -197,7 +197,7 @@ impl VerbsDevice {
             max_qp_rd_atom: da.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: da.max_qp_init_rd_atom.max(0) as u32,
             atomics: da.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
-            direct_mlx5: path != DataPath::Portable && mlx5::usable(ctx.ctx),
+            direct_mlx5: path != DataPath::Fallback && mlx5::usable(ctx.ctx),
             memory_windows: da.device_cap_flags
                 & (sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
                     | sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0)

@@ -54,7 +54,7 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub fn check_data_path(dev: &Device<Dev>) {
     use rdma_direct::verbs::DataPath;
     let want = match std::env::var("RDMA_DIRECT_DATA_PATH").as_deref() {
-        Ok("portable") => DataPath::Portable,
+        Ok("fallback") | Ok("portable") => DataPath::Fallback,
         // Auto picks the direct rings on rxe and siw.
         _ => DataPath::Direct,
     };
@@ -150,7 +150,7 @@ pub fn pair(
 }
 
 /// Connects two QPs in RESET (on one device, or on two devices of the same
-/// port: e.g. one on the direct path, one on the portable path): rdma_cm
+/// port: e.g. one on the direct path, one on the verbs fallback): rdma_cm
 /// when asked or on iWARP, else out of band. `pre(qp, is_a)` runs once each
 /// QP is in INIT, before the peer can send (post receives there).
 pub fn connect_qps(

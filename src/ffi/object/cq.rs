@@ -53,11 +53,11 @@ pub unsafe extern "C" fn rdd_cq_create(
                     return e.into();
                 }
             },
-            RawCqPath::Portable(p) => CqImpl::Portable(p),
+            RawCqPath::Driver(p) => CqImpl::Driver(p),
         };
         let capacity = u64::from(match &cq {
             CqImpl::Mlx5(c) => c.cqe_cnt(),
-            CqImpl::Portable(p) => p.depth(),
+            CqImpl::Driver(p) => p.depth(),
         });
         let obj = Box::new(CqObj {
             dev: h(dev),
@@ -142,7 +142,7 @@ impl CqRoute for QpList {
                     sq: &mut owned.sq,
                     rq: &mut owned.rq,
                 }),
-                QpImpl::Portable(_) => None,
+                QpImpl::Driver(_) => None,
             })
     }
 }
@@ -211,9 +211,9 @@ pub(super) fn poll_counted(
 ) -> crate::error::Result<usize> {
     let cq = match cq {
         CqImpl::Mlx5(cq) => cq,
-        CqImpl::Portable(p) => {
+        CqImpl::Driver(p) => {
             // The provider retires queue space itself; it reports every
-            // completion it was asked for (as `api::Cq`'s portable case).
+            // completion it was asked for (as `api::Cq`'s driver case).
             let r = p.poll(out);
             if budget.metered() {
                 budget.headroom.unreserve(*r.as_ref().unwrap_or(&0) as u64);

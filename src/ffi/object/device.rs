@@ -65,7 +65,7 @@ pub unsafe extern "C" fn rdd_device_open_soft(
 /// Opens the kernel RDMA device `name` (e.g. "rxe0", "siw0", "mlx5_0";
 /// NULL: the first one) on port 1, with the fastest data path it has:
 /// the mlx5 core on ConnectX, rdma-direct's own rings on rxe and siw,
-/// libibverbs otherwise (`RDMA_DIRECT_DATA_PATH=portable` or `direct`
+/// libibverbs otherwise (`RDMA_DIRECT_DATA_PATH=fallback` or `direct`
 /// in the environment overrides the choice). The device runs by itself:
 /// `rdd_device_step`/`start`/`stop` are `UNSUPPORTED` on it. QPs connect
 /// with `rdd_qp_connect` (InfiniBand and RoCE; iWARP needs rdma_cm, which

@@ -150,15 +150,15 @@ pub(super) enum CqImpl {
     Mlx5(CompletionQueue),
     /// A provider-polled CQ (the verbs backend's rxe/siw rings or
     /// libibverbs).
-    Portable(Box<dyn crate::api::PortableCq>),
+    Driver(Box<dyn crate::api::CqDriver>),
 }
 
 impl CqImpl {
     pub(super) fn arm(&mut self, solicited_only: bool) -> crate::error::Result<()> {
         match self {
             CqImpl::Mlx5(cq) => cq.arm(solicited_only),
-            CqImpl::Portable(p) if solicited_only => p.arm_solicited(),
-            CqImpl::Portable(p) => p.arm(),
+            CqImpl::Driver(p) if solicited_only => p.arm_solicited(),
+            CqImpl::Driver(p) => p.arm(),
         }
     }
 }
@@ -170,7 +170,7 @@ pub(super) enum QpImpl {
     Mlx5(QpQueuesOwned),
     /// A provider-posted QP (the verbs backend's rxe/siw rings or
     /// libibverbs).
-    Portable(Box<dyn crate::api::PortableQp>),
+    Driver(Box<dyn crate::api::QpDriver>),
 }
 
 impl QpImpl {
@@ -178,7 +178,7 @@ impl QpImpl {
     pub(super) fn failure(&self) -> Option<crate::wr::FailedWr> {
         match self {
             QpImpl::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
-            QpImpl::Portable(p) => p.failure(),
+            QpImpl::Driver(p) => p.failure(),
         }
     }
 
@@ -189,7 +189,7 @@ impl QpImpl {
                 u64::from(q.sq.producer().wrapping_sub(q.sq.retired()))
                     + u64::from(q.rq.head().wrapping_sub(q.rq.tail()))
             }
-            QpImpl::Portable(p) => p.outstanding(),
+            QpImpl::Driver(p) => p.outstanding(),
         }
     }
 }

@@ -13,10 +13,10 @@ use super::types::rdd_qp;
 use super::{check_array, h, put};
 
 /// WRs handed to a provider-posted QP per call.
-const PORTABLE_CHUNK: usize = 16;
+const DRIVER_CHUNK: usize = 16;
 
 /// `rdd_qp_post_send` on a provider-posted QP: the WRs go to the provider
-/// in chains of up to [`PORTABLE_CHUNK`] (one doorbell per chain on rxe
+/// in chains of up to [`DRIVER_CHUNK`] (one doorbell per chain on rxe
 /// and siw). Returns the stopping index and status on failure (the WRs
 /// before it are posted), and the number of provider calls made.
 ///
@@ -38,8 +38,8 @@ pub(in crate::ffi) fn post_library_wr(
     }
     let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
     let (called, r) = match q.q.get_mut() {
-        QpImpl::Portable(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
-        QpImpl::Portable(p) => {
+        QpImpl::Driver(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
+        QpImpl::Driver(p) => {
             post_send_metered(&mut **p, core::slice::from_ref(wr), meter.as_deref())
         }
         QpImpl::Mlx5(_) => return Err(rdd_status::Unsupported),
@@ -55,7 +55,7 @@ pub(in crate::ffi) fn post_library_wr(
 /// is `CQ_FULL`. Returns whether the provider was called, and the index
 /// and status of the first WR not posted.
 fn post_send_metered(
-    p: &mut dyn crate::api::PortableQp,
+    p: &mut dyn crate::api::QpDriver,
     wrs: &[crate::wr::SendWr<'_>],
     meter: Option<&CqBudget>,
 ) -> (bool, Result<(), (usize, rdd_status)>) {
@@ -88,8 +88,8 @@ fn post_send_metered(
     (post > 0, r)
 }
 
-unsafe fn post_send_portable(
-    p: &mut dyn crate::api::PortableQp,
+unsafe fn post_send_driver(
+    p: &mut dyn crate::api::QpDriver,
     wrs: *const rdd_wr,
     n: usize,
     meter: Option<&CqBudget>,
@@ -97,10 +97,10 @@ unsafe fn post_send_portable(
     let mut done = 0usize;
     let mut calls = 0u64;
     while done < n {
-        let mut pieces = [NO_PIECES; PORTABLE_CHUNK];
+        let mut pieces = [NO_PIECES; DRIVER_CHUNK];
         let blank =
             crate::wr::SendWr::new(0, crate::wr::SendOp::Send, &[], crate::wr::SendFlags::NONE);
-        let mut chunk = [blank; PORTABLE_CHUNK];
+        let mut chunk = [blank; DRIVER_CHUNK];
         let mut k = 0usize;
         let mut refused = None;
         for (slot, pc) in chunk.iter_mut().zip(pieces.iter_mut()) {
@@ -138,8 +138,8 @@ unsafe fn post_send_portable(
 ///
 /// # Safety
 /// As `rdd_qp_post_recv` for `wrs[0..n]` (checked non-NULL and aligned).
-unsafe fn post_recv_portable(
-    p: &mut dyn crate::api::PortableQp,
+unsafe fn post_recv_driver(
+    p: &mut dyn crate::api::QpDriver,
     wrs: *const rdd_recv_wr,
     n: usize,
     meter: Option<&CqBudget>,
@@ -150,10 +150,10 @@ unsafe fn post_recv_portable(
         let mut chunk = [crate::wr::RecvWr {
             wr_id: 0,
             sges: none,
-        }; PORTABLE_CHUNK];
+        }; DRIVER_CHUNK];
         let mut k = 0usize;
         let mut refused = None;
-        while k < PORTABLE_CHUNK && done + k < n {
+        while k < DRIVER_CHUNK && done + k < n {
             // SAFETY: `done + k < n`, inside the caller's array; the SGE
             // contract is the caller's.
             match unsafe { parse_recv(&*wrs.add(done + k)) } {
@@ -236,9 +236,9 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         // one for a CQE the signalling guard may add at the doorbell,
         // against its headroom (as `api::Qp::post_send`).
         let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
-        if let QpImpl::Portable(p) = q.q.get_mut() {
+        if let QpImpl::Driver(p) = q.q.get_mut() {
             // SAFETY: the caller's contract on `wrs` (checked above).
-            let (r, calls) = unsafe { post_send_portable(&mut **p, wrs, n, meter.as_deref()) };
+            let (r, calls) = unsafe { post_send_driver(&mut **p, wrs, n, meter.as_deref()) };
             q.doorbells += calls;
             return match r {
                 Ok(()) => rdd_status::Ok,
@@ -255,7 +255,7 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         };
         let sq = match q.q.get_mut() {
             QpImpl::Mlx5(o) => &mut o.sq,
-            QpImpl::Portable(_) => return rdd_status::InvalidHandle,
+            QpImpl::Driver(_) => return rdd_status::InvalidHandle,
         };
         let forced = sq.forced_signals();
         let mut pieces = NO_PIECES;
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn rdd_qp_post_send(
             // refused signaled WR's.
             let now = match q.q.get_mut() {
                 QpImpl::Mlx5(o) => o.sq.forced_signals(),
-                QpImpl::Portable(_) => forced,
+                QpImpl::Driver(_) => forced,
             };
             let used = u64::from(now.wrapping_sub(forced));
             b.headroom.unreserve(reserved.saturating_sub(used));
@@ -343,9 +343,9 @@ pub unsafe extern "C" fn rdd_qp_post_recv(
         let meter = q.recv_budget.metered().then(|| Arc::clone(&q.recv_budget));
         let rq = match q.q.get_mut() {
             QpImpl::Mlx5(o) => &mut o.rq,
-            QpImpl::Portable(p) => {
+            QpImpl::Driver(p) => {
                 // SAFETY: the caller's contract on `wrs` (checked above).
-                return match unsafe { post_recv_portable(&mut **p, wrs, n, meter.as_deref()) } {
+                return match unsafe { post_recv_driver(&mut **p, wrs, n, meter.as_deref()) } {
                     Ok(()) => rdd_status::Ok,
                     Err((i, status)) => {
                         // SAFETY: non-NULL (checked), writable (caller

@@ -150,7 +150,7 @@ pub unsafe extern "C" fn rdd_qp_create(
                     rq_wrid,
                 )
             }
-            RawQpPath::Portable(p) => {
+            RawQpPath::Driver(p) => {
                 // The provider (libibverbs, or the verbs backend's own
                 // rxe/siw rings) keeps the queues; signal-all QPs exist
                 // only on the mlx5 core.
@@ -161,7 +161,7 @@ pub unsafe extern "C" fn rdd_qp_create(
                 }
                 let (s, r) = p.capacity();
                 (
-                    QpImpl::Portable(p),
+                    QpImpl::Driver(p),
                     u64::from(s),
                     u64::from(r),
                     Vec::new(),
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn rdd_qp_create(
                 q.sq.set_state(QpState::Reset);
                 q.rq.set_state(QpState::Reset);
             }
-            QpImpl::Portable(p) => p.state_changed(QpState::Reset),
+            QpImpl::Driver(p) => p.state_changed(QpState::Reset),
         }
         let mut cq_links = vec![Arc::clone(&scq.link)];
         if let Some(r) = &rcq {
@@ -511,7 +511,7 @@ pub(super) fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> 
             queues.sq.set_state(m.state);
             queues.rq.set_state(m.state);
         }
-        QpImpl::Portable(p) => p.state_changed(m.state),
+        QpImpl::Driver(p) => p.state_changed(m.state),
     }
     Ok(())
 }

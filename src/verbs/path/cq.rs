@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rdma_sys as sys;
 
 use super::registry::{CqRegistry, RegistryView};
-use crate::api::PortableCq;
+use crate::api::CqDriver;
 use crate::error::{Error, Result};
 use crate::provider::mlx5::{Wc, WcOpcode, WcStatus};
 use crate::verbs::fail;
@@ -15,7 +15,7 @@ use crate::verbs::fail;
 /// Completions fetched from the provider per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
 
-/// A portable CQ: polls through libibverbs.
+/// A verbs-fallback CQ: polls through libibverbs' provider.
 pub struct VerbsCq {
     cq: *mut sys::ibv_cq,
     view: RegistryView,
@@ -67,7 +67,7 @@ unsafe fn poll_raw(cq: *mut sys::ibv_cq, n: i32, wc: *mut sys::ibv_wc) -> i32 {
     }
 }
 
-impl PortableCq for VerbsCq {
+impl CqDriver for VerbsCq {
     fn poll(&mut self, out: &mut [Wc]) -> Result<usize> {
         self.view.refresh();
         let mut filled = 0usize;

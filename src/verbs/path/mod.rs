@@ -1,6 +1,6 @@
-//! The portable data path: `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`
+//! The verbs fallback data path: `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq`
 //! on providers without a direct path (rxe, siw, ...), behind
-//! [`PortableQp`] and [`PortableCq`].
+//! [`QpDriver`] and [`CqDriver`].
 //!
 //! It keeps the direct path's guarantees where the provider would not:
 //! * every WR is validated with the crate's rules first (same typed errors,
@@ -17,8 +17,8 @@
 //!   name an outstanding WR of that QP is [`Error::CqeCorrupt`], never an
 //!   out-of-bounds index.
 //!
-//! [`PortableQp`]: crate::api::PortableQp
-//! [`PortableCq`]: crate::api::PortableCq
+//! [`QpDriver`]: crate::api::QpDriver
+//! [`CqDriver`]: crate::api::CqDriver
 //! [`Error::CqeCorrupt`]: crate::error::Error::CqeCorrupt
 
 mod cq;

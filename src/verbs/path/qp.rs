@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use rdma_sys as sys;
 
 use super::track::{track_accessors, QpTrack, RECV_BIT};
-use crate::api::PortableQp;
+use crate::api::QpDriver;
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::QpState;
 use crate::sync::Ordering;
@@ -23,14 +23,14 @@ const SGES: usize = 128;
 /// Memory windows (by index, `rkey >> 8`, with their PD handle) and the
 /// regions registered with `MW_BIND` (by lkey): libibverbs' BIND_MW work
 /// request names both by pointer. Owned by the device, shared with its
-/// portable QPs.
+/// verbs-fallback QPs.
 #[derive(Default)]
 pub(crate) struct WindowTable {
     pub(crate) mws: HashMap<u32, (Raw<sys::ibv_mw>, u32)>,
     pub(crate) mrs: HashMap<u32, Raw<sys::ibv_mr>>,
 }
 
-/// A portable QP: posts through libibverbs.
+/// A verbs-fallback QP: posts through libibverbs' provider.
 pub struct VerbsQp {
     qp: *mut sys::ibv_qp,
     track: Arc<QpTrack>,
@@ -250,7 +250,7 @@ fn blank_recv() -> sys::ibv_recv_wr {
     }
 }
 
-impl PortableQp for VerbsQp {
+impl QpDriver for VerbsQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !QpState::Rts.can_send()

@@ -1,5 +1,5 @@
 //! [`QpTrack`]: the wr_id bookkeeping of one QP (its send and receive
-//! slots), shared by the portable and the direct rxe/siw data paths.
+//! slots), shared by the verbs fallback and the direct rxe/siw data paths.
 
 use std::boxed::Box;
 use std::sync::Mutex;
@@ -423,7 +423,7 @@ impl QpTrack {
     }
 }
 
-/// The [`PortableQp`] methods a QP answers from its [`QpTrack`]
+/// The [`QpDriver`] methods a QP answers from its [`QpTrack`]
 /// (`self.track`): shared by the libibverbs QP and the direct rxe/siw QP.
 macro_rules! track_accessors {
     () => {

@@ -16,7 +16,7 @@
 //!   way to arm; siw arms in shared memory), DESTROY_CQ on drop;
 //! * [`UverbsQp`]: CREATE_QP (RC, no SRQ), both ring mappings, MODIFY_QP
 //!   from the crate's [`QpModify`] (the same attributes and mask as the
-//!   portable path's `ibv_modify_qp`) or from a raw `ibv_qp_attr` and mask
+//!   verbs fallback's `ibv_modify_qp`) or from a raw `ibv_qp_attr` and mask
 //!   (rdma_cm's `rdma_init_qp_attr`), the doorbell (an empty POST_SEND,
 //!   built once per QP), DESTROY_QP on drop;
 //! * [`CompChannel`]: a completion channel of our own (CREATE_COMP_CHANNEL),

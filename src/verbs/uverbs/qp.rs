@@ -308,7 +308,7 @@ impl UverbsQp {
     }
 
     /// Moves the QP to another state with the crate's attributes: exactly
-    /// the attributes and mask the portable path gives `ibv_modify_qp`
+    /// the attributes and mask the verbs fallback gives `ibv_modify_qp`
     /// (`verbs::qp_attr`; READ/atomic depths clamped to `caps`), sent as
     /// MODIFY_QP. RESET and ERR take the state alone; INIT port, pkey index
     /// 0 and access flags; RTR path MTU, dest QPN, RQ PSN, responder depth,
