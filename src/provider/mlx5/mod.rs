@@ -1,6 +1,7 @@
 //! mlx5 (ConnectX-4 and later) direct data path: layouts, send and receive
 //! queues, completion polling. Reference: `dataplane-reference.md` part A.
 
+mod completion;
 pub mod cq;
 pub mod layout;
 pub mod rq;

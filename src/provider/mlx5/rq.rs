@@ -9,7 +9,7 @@ use crate::error::{Error, PostError, Result};
 use crate::mmio;
 use crate::wr::{QpCaps, RecvWr};
 
-use super::sq::QpState;
+use super::completion::QpState;
 
 /// An mlx5 (non-SRQ) receive queue over caller-provided memory.
 pub struct RecvQueue {
@@ -128,8 +128,8 @@ impl RecvQueue {
 
     /// Records the failure of the receive in ring entry `slot`.
     #[cold]
-    pub(crate) fn record_failure(&mut self, slot: u32, wc: &super::cq::Wc) {
-        if self.failure.is_some() || wc.status == super::cq::WcStatus::WR_FLUSH_ERR {
+    pub(crate) fn record_failure(&mut self, slot: u32, wc: &super::completion::Wc) {
+        if self.failure.is_some() || wc.status == super::completion::WcStatus::WR_FLUSH_ERR {
             return;
         }
         let mut f = crate::wr::FailedWr {
@@ -138,7 +138,7 @@ impl RecvQueue {
             vendor_err: wc.vendor_err,
             syndrome: wc.syndrome,
             recv: true,
-            opcode: super::cq::WcOpcode::RECV,
+            opcode: super::completion::WcOpcode::RECV,
             ..Default::default()
         };
         let mut first = true;

@@ -9,6 +9,7 @@
 
 use core::ptr::NonNull;
 
+pub use super::completion::{QpState, Retired};
 use super::layout::{
     ctrl_flags, opcode, Be32, CtrlSeg, DataSeg, Mlx5dvQp, RaddrSeg, INLINE_SEG, MAX_DS, SEND_WQE_BB,
 };
@@ -38,35 +39,6 @@ macro_rules! by_shape {
     };
 }
 pub(crate) use by_shape;
-
-/// QP states, as far as the data path cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum QpState {
-    /// Just created or reset: nothing may be posted.
-    Reset = 0,
-    /// Receives may be posted.
-    Init = 1,
-    /// Ready to receive: receives may be posted.
-    Rtr = 2,
-    /// Ready to send: everything may be posted.
-    Rts = 3,
-    /// Error: posts are accepted and complete with a flush error.
-    Error = 4,
-}
-
-impl QpState {
-    /// True if sends may be posted.
-    #[inline(always)]
-    pub const fn can_send(self) -> bool {
-        matches!(self, QpState::Rts | QpState::Error)
-    }
-    /// True if receives may be posted.
-    #[inline(always)]
-    pub const fn can_recv(self) -> bool {
-        !matches!(self, QpState::Reset)
-    }
-}
 
 /// When to use BlueFlame instead of the 8-byte doorbell (reference §A.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,19 +76,6 @@ impl WrSlot {
     pub const USER_SIGNALED: u8 = 1;
     /// The slot holds the first BB of a posted WQE.
     pub const VALID: u8 = 2;
-}
-
-/// What retiring a WQE yielded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retired {
-    /// The WR's id.
-    pub wr_id: u64,
-    /// mlx5 opcode of the WQE.
-    pub opcode: u8,
-    /// The application asked for a completion.
-    pub user_signaled: bool,
-    /// First BB of the WQE (for reading it back, e.g. scatter-to-CQE).
-    pub start: u32,
 }
 
 /// Tunables of a send queue.
@@ -619,7 +578,7 @@ impl SendQueue {
     /// never an out-of-bounds read.
     #[cold]
     pub fn describe(&self, start: u32) -> crate::wr::FailedWr {
-        use super::cq::WcOpcode;
+        use super::completion::WcOpcode;
         let o = start << 2;
         // SAFETY: octoword o is inside the ring (masked in `octo`).
         let ctrl = unsafe { self.octo(o).cast::<CtrlSeg>().read() };
@@ -678,8 +637,8 @@ impl SendQueue {
     /// Records the failure of the WQE at BB `start` (the first one only;
     /// flushes are not failures).
     #[cold]
-    pub(crate) fn record_failure(&mut self, start: u32, wc: &super::cq::Wc) {
-        if self.failure.is_some() || wc.status == super::cq::WcStatus::WR_FLUSH_ERR {
+    pub(crate) fn record_failure(&mut self, start: u32, wc: &super::completion::Wc) {
+        if self.failure.is_some() || wc.status == super::completion::WcStatus::WR_FLUSH_ERR {
             return;
         }
         let mut f = self.describe(start);
