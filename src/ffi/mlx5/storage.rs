@@ -1,0 +1,94 @@
+//! Caller storage for the queue handles and the send side-table slot,
+//! with their size and alignment asserts.
+
+use core::mem::{align_of, size_of};
+
+use static_assertions::{const_assert, const_assert_eq};
+
+use crate::ffi::handle::{HandleStorage, Slot};
+use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, WrSlot};
+
+// ---------------------------------------------------------------------
+// Handle storage
+// ---------------------------------------------------------------------
+
+/// Size in bytes of `rdd_mlx5_sq_storage`. Part of the ABI: it leaves room
+/// for the send queue to grow without changing the C type.
+pub const RDD_MLX5_SQ_STORAGE_SIZE: usize = 384;
+/// Alignment in bytes of `rdd_mlx5_sq_storage`.
+pub const RDD_MLX5_SQ_STORAGE_ALIGN: usize = 16;
+/// Size in bytes of `rdd_mlx5_rq_storage`.
+pub const RDD_MLX5_RQ_STORAGE_SIZE: usize = 128;
+/// Alignment in bytes of `rdd_mlx5_rq_storage`.
+pub const RDD_MLX5_RQ_STORAGE_ALIGN: usize = 16;
+/// Size in bytes of `rdd_mlx5_cq_storage`.
+pub const RDD_MLX5_CQ_STORAGE_SIZE: usize = 128;
+/// Alignment in bytes of `rdd_mlx5_cq_storage`.
+pub const RDD_MLX5_CQ_STORAGE_ALIGN: usize = 16;
+
+/// Caller-provided storage for a send-queue handle. Declare one (static,
+/// stack or heap; zero it so a use before `rdd_mlx5_sq_init` is detected),
+/// initialise it with `rdd_mlx5_sq_init`, pass its address to the other
+/// `rdd_mlx5_sq_*` calls, end with `rdd_mlx5_sq_fini`. Never copy or move
+/// an initialised storage: the handle is bound to its address.
+#[repr(C, align(16))]
+pub struct rdd_mlx5_sq_storage {
+    pub(super) _opaque: [u8; RDD_MLX5_SQ_STORAGE_SIZE],
+}
+
+/// Caller-provided storage for a receive-queue handle (same rules as
+/// `rdd_mlx5_sq_storage`).
+#[repr(C, align(16))]
+pub struct rdd_mlx5_rq_storage {
+    _opaque: [u8; RDD_MLX5_RQ_STORAGE_SIZE],
+}
+
+/// Caller-provided storage for a completion-queue handle (same rules as
+/// `rdd_mlx5_sq_storage`).
+#[repr(C, align(16))]
+pub struct rdd_mlx5_cq_storage {
+    _opaque: [u8; RDD_MLX5_CQ_STORAGE_SIZE],
+}
+
+const_assert_eq!(size_of::<rdd_mlx5_sq_storage>(), RDD_MLX5_SQ_STORAGE_SIZE);
+const_assert_eq!(align_of::<rdd_mlx5_sq_storage>(), RDD_MLX5_SQ_STORAGE_ALIGN);
+const_assert!(size_of::<Slot<SendQueue>>() <= RDD_MLX5_SQ_STORAGE_SIZE);
+const_assert!(align_of::<Slot<SendQueue>>() <= RDD_MLX5_SQ_STORAGE_ALIGN);
+const_assert_eq!(size_of::<rdd_mlx5_rq_storage>(), RDD_MLX5_RQ_STORAGE_SIZE);
+const_assert_eq!(align_of::<rdd_mlx5_rq_storage>(), RDD_MLX5_RQ_STORAGE_ALIGN);
+const_assert!(size_of::<Slot<RecvQueue>>() <= RDD_MLX5_RQ_STORAGE_SIZE);
+const_assert!(align_of::<Slot<RecvQueue>>() <= RDD_MLX5_RQ_STORAGE_ALIGN);
+const_assert_eq!(size_of::<rdd_mlx5_cq_storage>(), RDD_MLX5_CQ_STORAGE_SIZE);
+const_assert_eq!(align_of::<rdd_mlx5_cq_storage>(), RDD_MLX5_CQ_STORAGE_ALIGN);
+const_assert!(size_of::<Slot<CompletionQueue>>() <= RDD_MLX5_CQ_STORAGE_SIZE);
+const_assert!(align_of::<Slot<CompletionQueue>>() <= RDD_MLX5_CQ_STORAGE_ALIGN);
+
+// SAFETY: size and alignment are asserted above; the storage is a byte
+// array; the tags are distinct.
+unsafe impl HandleStorage for rdd_mlx5_sq_storage {
+    type Value = SendQueue;
+    const TAG: u64 = 0x5244_445f_4d35_5351; // "RDD_M5SQ"
+}
+
+// SAFETY: as above.
+unsafe impl HandleStorage for rdd_mlx5_rq_storage {
+    type Value = RecvQueue;
+    const TAG: u64 = 0x5244_445f_4d35_5251; // "RDD_M5RQ"
+}
+
+// SAFETY: as above.
+unsafe impl HandleStorage for rdd_mlx5_cq_storage {
+    type Value = CompletionQueue;
+    const TAG: u64 = 0x5244_445f_4d35_4351; // "RDD_M5CQ"
+}
+
+/// One entry of a send queue's side table (one per basic block of the
+/// ring): caller-provided memory the send queue writes at post time and
+/// reads at completion time. Its content is private.
+#[repr(C)]
+pub struct rdd_mlx5_sq_slot {
+    pub(super) _opaque: [u64; 2],
+}
+
+const_assert_eq!(size_of::<rdd_mlx5_sq_slot>(), size_of::<WrSlot>());
+const_assert_eq!(align_of::<rdd_mlx5_sq_slot>(), align_of::<WrSlot>());
