@@ -1,7 +1,7 @@
 //! Attributes every backend shares: memory access rights, queue sizes at
 //! creation, address vectors and state changes.
 
-use crate::provider::mlx5::QpState;
+use crate::completion::QpState;
 
 /// Access flags, numbered as `IBV_ACCESS_*`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::completion::Wc;
 use crate::error::{Error, Result};
-use crate::provider::mlx5::Wc;
 
 /// How [`crate::api::Cq::wait`] (and `rdd_cq_wait`) waits for a completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

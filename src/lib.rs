@@ -51,6 +51,9 @@
 extern crate std;
 
 pub mod error;
+// Work completions, status and opcode codes, QP state: what every
+// provider's poller reports.
+pub mod completion;
 // Attributes every backend shares (access rights, QP sizes, address
 // vectors, state changes).
 pub mod attr;

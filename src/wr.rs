@@ -146,7 +146,7 @@ pub enum SendOp {
     /// builds it (`Mr::expose_to`, `Exposure::rebind`), checking the range
     /// and picking the new key.
     ///
-    /// [`WcOpcode::BIND_MW`]: crate::provider::mlx5::cq::WcOpcode::BIND_MW
+    /// [`WcOpcode::BIND_MW`]: crate::completion::WcOpcode::BIND_MW
     BindMw(MwBind),
     /// LOCAL_INV: invalidates `rkey` (a type-2 window bound on this QP), so
     /// the peer's requests with it fail with a remote access error from the
@@ -154,7 +154,7 @@ pub enum SendOp {
     /// completion's opcode is [`WcOpcode::LOCAL_INV`]. Refused with
     /// [`Error::Unsupported`] where [`SendOp::BindMw`] is.
     ///
-    /// [`WcOpcode::LOCAL_INV`]: crate::provider::mlx5::cq::WcOpcode::LOCAL_INV
+    /// [`WcOpcode::LOCAL_INV`]: crate::completion::WcOpcode::LOCAL_INV
     LocalInv {
         /// The key to invalidate.
         rkey: u32,
@@ -417,7 +417,7 @@ pub struct FailedWr {
     /// The WR's id.
     pub wr_id: u64,
     /// Completion status (`ibv_wc_status` numbering).
-    pub status: crate::provider::mlx5::WcStatus,
+    pub status: crate::completion::WcStatus,
     /// Raw vendor syndrome.
     pub vendor_err: u32,
     /// Raw mlx5 syndrome (0 on other providers).
@@ -425,7 +425,7 @@ pub struct FailedWr {
     /// A receive (otherwise a send-queue WR).
     pub recv: bool,
     /// The operation (`ibv_wc_opcode` numbering).
-    pub opcode: crate::provider::mlx5::WcOpcode,
+    pub opcode: crate::completion::WcOpcode,
     /// First local buffer (0 for inline data).
     pub local_addr: u64,
     /// Total local length in bytes (inline bytes for inline data).
@@ -448,7 +448,7 @@ impl FailedWr {
 }
 
 /// The usual reasons for a completion status, in words.
-pub const fn status_causes(s: crate::provider::mlx5::WcStatus) -> &'static str {
+pub const fn status_causes(s: crate::completion::WcStatus) -> &'static str {
     match s.0 {
         0 => "success",
         1 => "local length error: the message is longer than the receive buffers posted for it, or longer than the port allows",

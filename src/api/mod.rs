@@ -47,7 +47,7 @@ mod soft_backend;
 pub use crate::event::{Adaptive, AdaptiveConfig, WaitMode};
 
 pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
-pub use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
+pub use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 
 pub use async_event::AsyncEvent;
 pub use backend::{

@@ -67,7 +67,7 @@ impl Backend for crate::soft::SoftDevice {
         crate::soft::SoftDevice::destroy_qp(self, qpn)
     }
     fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
-        crate::soft::queue_sizes(init)
+        crate::provider::mlx5::geometry::queue_sizes(init)
     }
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         crate::soft::SoftDevice::cq_event_fd(self, cqn)

@@ -11,8 +11,8 @@ use super::{MAX_GRANT, MAX_RECV_DEPTH, MAX_SEND_SLOTS, RESERVED_CREDITS};
 use crate::api::{
     Access, Backend, Cq, Mr, Pd, Qp, QpState, Transport, WaitMode, Wc, WcOpcode, WcStatus,
 };
+use crate::completion::wc_flags;
 use crate::error::{Error, Result};
-use crate::provider::mlx5::cq::wc_flags;
 use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 /// Work-request ids: the kind in bits 62..63, a value below.

@@ -48,13 +48,13 @@ use std::vec::Vec;
 use static_assertions::const_assert_eq;
 
 use crate::api::{Backend, MrKeys};
+use crate::attr::Access;
 use crate::ffi::object::{
     as_handle, excl, h, insert, put, rdd_pd, shared, Object, PdObj, KIND_POOL,
     RDD_ACCESS_REMOTE_READ, RDD_ACCESS_REMOTE_WRITE,
 };
 use crate::ffi::status::rdd_status;
 use crate::pool::{build, PoolConfig, Slab, DEFAULT_MAX_CLASS, DEFAULT_MIN_CLASS, MAX_CLASSES};
-use crate::soft::Access;
 
 /// A buffer pool (opaque handle): `rdd_pool_create` / `rdd_pool_destroy`.
 pub struct rdd_pool {

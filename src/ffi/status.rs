@@ -374,7 +374,7 @@ pub unsafe extern "C" fn rdd_wc_status_causes(
         if buf.is_null() && len != 0 {
             return rdd_status::NullParameter;
         }
-        let msg = crate::wr::status_causes(crate::provider::mlx5::WcStatus(wc_status));
+        let msg = crate::wr::status_causes(crate::completion::WcStatus(wc_status));
         // SAFETY: the caller's contract, forwarded.
         unsafe { write_message(msg, buf, len, out_n) }
     })

@@ -85,8 +85,8 @@ use core::ptr::NonNull;
 use std::vec::Vec;
 
 use crate::api::{Backend, MrKeys, Pd, RawMr};
+use crate::attr::Access;
 use crate::error::{Error, Result};
-use crate::soft::Access;
 use crate::wr::{Remote, Sge};
 
 pub(crate) use slab::{Grant, Slab};

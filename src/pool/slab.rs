@@ -19,8 +19,8 @@ use super::region::Region;
 use super::{ClassSizes, ClassStats, PoolConfig, PoolStats, Sizing};
 use super::{MAX_CLASSES, MAX_CLASS_SIZE, MIN_CLASS_SIZE};
 use crate::api::MrKeys;
+use crate::attr::Access;
 use crate::error::{Error, Result};
-use crate::soft::Access;
 use crate::sync::{AtomicU64, Ordering};
 
 /// One class of the layout.

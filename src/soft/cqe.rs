@@ -5,10 +5,10 @@ use core::sync::atomic::Ordering;
 
 use super::config::AsyncEvent;
 use super::state::{Engine, CQN_BASE};
+use crate::completion::QpState;
 use crate::mmio;
 use crate::provider::mlx5::cq::syndrome;
 use crate::provider::mlx5::layout::cqe_opcode;
-use crate::provider::mlx5::QpState;
 
 pub(super) fn cqe_image(op: u8, qpn_word: u32, counter: u16, byte_cnt: u32, imm: u32) -> [u8; 64] {
     let mut c = [0u8; 64];

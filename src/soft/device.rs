@@ -8,14 +8,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::vec::Vec;
 
 use super::config::{AsyncEvent, Fault, SoftConfig};
-use super::mem::{max_wqe_bytes, pow2, queue_sizes, CqMem, QpMem, SoftCq, SoftQp};
+use super::mem::{CqMem, QpMem, SoftCq, SoftQp};
 use super::mr::{Access, MrTable};
 use super::state::{Cq, Engine, Qp, Scratch, Shared, CQN_BASE, QPN_BASE};
 use super::{QpInit, QpModify};
+use crate::completion::QpState;
 use crate::error::{Error, Result};
 use crate::mmio;
+use crate::provider::mlx5::geometry::{max_wqe_bytes, pow2, queue_sizes};
 use crate::provider::mlx5::layout::{Mlx5dvCq, Mlx5dvQp};
-use crate::provider::mlx5::QpState;
 use crate::util::AlignedBuf;
 use crate::wr::QpCaps;
 

@@ -11,10 +11,10 @@ use super::cqe::{cqe_image, err_image};
 use super::mr::Access;
 use super::state::{Engine, Outcome, Scratch};
 use super::wqe::{self, Local, ParsedSend, Seg};
+use crate::completion::QpState;
 use crate::mmio;
 use crate::provider::mlx5::cq::syndrome;
 use crate::provider::mlx5::layout::{cqe_opcode, opcode};
-use crate::provider::mlx5::QpState;
 
 /// Copies `len` bytes described by `src` into `dst` lists of (ptr, len).
 ///

@@ -1,9 +1,8 @@
 //! Queue memory the device allocates for QPs and CQs, the descriptors
-//! `create_qp`/`create_cq` hand out, and how queues are sized.
+//! `create_qp`/`create_cq` hand out.
 
 use std::sync::Arc;
 
-use super::QpInit;
 use crate::provider::mlx5::layout::{Mlx5dvCq, Mlx5dvQp};
 use crate::util::AlignedBuf;
 use crate::wr::QpCaps;
@@ -46,33 +45,6 @@ pub struct SoftCq {
     pub cqn: u32,
     /// Keeps the CQ memory alive.
     pub mem: Arc<CqMem>,
-}
-
-/// Largest send WQE for `init`: atomics (64 B), ctrl + raddr + SGEs, or
-/// ctrl + raddr + inline header + payload, rounded up to a BB.
-pub(super) fn max_wqe_bytes(init: &QpInit) -> u32 {
-    [
-        64,
-        32 + 16 * init.max_send_sge,
-        32 + (4 + init.max_inline_data).div_ceil(16) * 16,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(64)
-    .next_multiple_of(64)
-}
-
-/// SQ basic blocks and RQ entries the device gives a QP created with
-/// `init` (as rdma-core sizes mlx5 queues, reference §A.2, §A.6).
-pub fn queue_sizes(init: &QpInit) -> (u32, u32) {
-    (
-        pow2(init.max_send_wr.saturating_mul(max_wqe_bytes(init)) / 64),
-        pow2(init.max_recv_wr),
-    )
-}
-
-pub(super) fn pow2(v: u32) -> u32 {
-    v.max(1).next_power_of_two()
 }
 
 impl QpMem {

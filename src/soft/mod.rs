@@ -26,6 +26,7 @@ mod thread;
 pub mod wqe;
 
 pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
+pub use crate::provider::mlx5::geometry::queue_sizes;
 pub use config::{AsyncEvent, Fault, SoftConfig};
 pub use device::SoftDevice;
-pub use mem::{queue_sizes, CqMem, QpMem, SoftCq, SoftQp};
+pub use mem::{CqMem, QpMem, SoftCq, SoftQp};

@@ -7,10 +7,10 @@ use super::config::AsyncEvent;
 use super::cqe::{cqe_image, err_image};
 use super::state::{Engine, Outcome, Scratch};
 use super::wqe;
+use crate::completion::QpState;
 use crate::mmio;
 use crate::provider::mlx5::cq::syndrome;
 use crate::provider::mlx5::layout::cqe_opcode;
-use crate::provider::mlx5::QpState;
 
 /// Work done per QP per pass, so one busy QP cannot starve the others.
 const BUDGET_PER_QP: u32 = 64;

@@ -12,7 +12,7 @@ use super::config::{AsyncEvent, Fault, SoftConfig};
 use super::mem::{CqMem, QpMem};
 use super::mr::{Access, MrTable};
 use super::wqe::{self, Seg};
-use crate::provider::mlx5::QpState;
+use crate::completion::QpState;
 
 /// First QP number handed out.
 pub(super) const QPN_BASE: u32 = 0x100;

@@ -5,8 +5,8 @@
 use rdma_sys as sys;
 
 use super::DeviceCaps;
-use crate::provider::mlx5::QpState;
-use crate::soft::{Access, QpModify};
+use crate::attr::{Access, QpModify};
+use crate::completion::QpState;
 
 /// Bytes to the IB MTU enum (the largest that fits).
 fn mtu_enum(bytes: u32) -> u32 {

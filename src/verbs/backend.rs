@@ -9,8 +9,8 @@ use super::attr::{access_bits, qp_attr};
 use super::device::CqEntry;
 use super::{check, fail, fail_errno, last_error, mlx5, path, uverbs, Raw, VerbsDevice};
 use crate::api::{Backend, MrKeys, PortInfo, RawCq, RawCqPath, RawQp, RawQpPath};
+use crate::attr::{Access, QpInit, QpModify};
 use crate::error::{Error, Result};
-use crate::soft::{Access, QpInit, QpModify};
 use crate::wr::QpCaps;
 
 impl Backend for VerbsDevice {
@@ -379,7 +379,7 @@ impl Backend for VerbsDevice {
             // libmlx5 sizes its queues the way the software device does
             // (largest WQE per WR, rounded to a power of two); the guard
             // checks the exact figure at creation.
-            crate::soft::queue_sizes(init)
+            crate::provider::mlx5::geometry::queue_sizes(init)
         } else {
             (init.max_send_wr, init.max_recv_wr.max(1))
         }

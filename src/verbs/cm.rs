@@ -33,8 +33,8 @@ use rdma_sys as sys;
 
 use super::{check, fail, fail_errno, VerbsDevice};
 use crate::api::{Backend, Qp, Transport};
+use crate::completion::QpState;
 use crate::error::{Error, Result};
-use crate::provider::mlx5::QpState;
 
 extern "C" {
     /// librdmacm: moves an id's events to another channel (rdma-sys does
@@ -309,7 +309,7 @@ impl CmConnection {
 
     /// Moves `qp` to ERROR (flushing its work) and disconnects.
     pub fn disconnect(&mut self, qp: &mut Qp<VerbsDevice>) -> Result<()> {
-        let _ = qp.modify(&crate::soft::QpModify::to(QpState::Error));
+        let _ = qp.modify(&crate::attr::QpModify::to(QpState::Error));
         // SAFETY: live id.
         let r = unsafe { sys::rdma_disconnect(self.id) };
         self.disconnected = true;

@@ -9,8 +9,8 @@ use rdma_sys as sys;
 
 use super::{check, mlx5, path, uverbs, DataPath, DeviceCaps, Raw};
 use crate::api::PortInfo;
+use crate::completion::QpState;
 use crate::error::{Error, Result};
-use crate::provider::mlx5::QpState;
 
 pub(super) struct CqEntry {
     /// libibverbs CQ (null on the rxe/siw direct path).

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use super::path::{CqRegistry, QpTrack, RegistryView, RECV_BIT};
 use super::uverbs::{UverbsCq, UverbsQp};
 use crate::api::{CqDriver, QpDriver};
+use crate::completion::{QpState, Wc};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc};
 use crate::provider::{rxe, siw};
 use crate::sync::Ordering;
 use crate::wr::{QpCaps, RecvWr, SendFlags, SendOp, SendWr, Sge};
@@ -479,7 +479,7 @@ impl CqDriver for DirectCq {
 
 use super::{path as vpath, uverbs, CqEntry, Raw, VerbsDevice};
 use crate::api::{RawCq, RawCqPath, RawQp, RawQpPath};
-use crate::soft::QpInit;
+use crate::attr::QpInit;
 
 impl VerbsDevice {
     /// A CQ on the rxe/siw direct path: our own CREATE_CQ with our own

@@ -5,8 +5,8 @@ use core::mem::{align_of, offset_of, size_of};
 
 use static_assertions::const_assert_eq;
 
-use crate::provider::mlx5::cq::wc_flags;
-use crate::provider::mlx5::{Wc, WcOpcode, WcStatus};
+use crate::completion::wc_flags;
+use crate::completion::{Wc, WcOpcode, WcStatus};
 
 // ---------------------------------------------------------------------
 // Completions

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::api::Backend;
+use crate::completion::Wc;
 use crate::ffi::mlx5::rdd_wc;
 use crate::ffi::status::rdd_status;
-use crate::provider::mlx5::Wc;
 
 use super::cq::{poll_counted, route_list, QpList};
 use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj};

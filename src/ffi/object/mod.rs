@@ -38,8 +38,8 @@
 use core::mem::{align_of, size_of};
 use core::ptr;
 
+use crate::attr::Access;
 use crate::ffi::status::rdd_status;
-use crate::soft::Access;
 
 mod types;
 

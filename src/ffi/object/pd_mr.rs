@@ -6,8 +6,8 @@ use core::ffi::c_void;
 use std::boxed::Box;
 use std::sync::Arc;
 
+use crate::attr::Access;
 use crate::ffi::status::rdd_status;
-use crate::soft::Access;
 
 use super::objects::{DeviceObj, MrBuf, MrObj, PdObj};
 use super::table::{excl, insert, shared};

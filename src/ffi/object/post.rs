@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use crate::completion::QpState;
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{parse_recv, parse_send, rdd_recv_wr, rdd_wr, NO_PIECES};
-use crate::provider::mlx5::QpState;
 
 use super::objects::{CqBudget, QpImpl, QpObj};
 use super::table::excl;

@@ -12,10 +12,10 @@ use std::vec::Vec;
 use static_assertions::const_assert_eq;
 
 use crate::api::RawQpPath;
+use crate::attr::{QpInit, QpModify};
 use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{QpState, RecvQueue, SendQueue, SqConfig, WrSlot};
-use crate::soft::{QpInit, QpModify};
 
 use super::objects::{CqObj, PdObj, QpImpl, QpObj, QpQueuesOwned};
 use super::table::{excl, insert, shared, ExclusiveCell};

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use static_assertions::const_assert_eq;
 
+use crate::attr::QpModify;
+use crate::completion::{QpState, Wc};
 use crate::ffi::mlx5::rdd_wc;
 use crate::ffi::status::rdd_status;
-use crate::provider::mlx5::{QpState, Wc};
-use crate::soft::QpModify;
 
 use super::cq::{poll_counted, QpList};
 use super::objects::{CqObj, QpObj};

@@ -5,8 +5,8 @@ use core::mem::size_of;
 
 use static_assertions::const_assert_eq;
 
+use crate::attr::Access;
 use crate::ffi::mlx5::RDD_MLX5_CQ_ARM_SOLICITED;
-use crate::soft::Access;
 
 // ---------------------------------------------------------------------
 // C types

@@ -3,6 +3,7 @@
 
 mod completion;
 pub mod cq;
+pub mod geometry;
 pub mod layout;
 pub mod rq;
 pub mod shared;

@@ -8,9 +8,9 @@
 
 use super::layout::{kernel_wc_flags, wc_opcode, RxeUverbsWc};
 use super::RxeQueue;
+use crate::completion::wc_flags;
+use crate::completion::{Wc, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::cq::wc_flags;
-use crate::provider::mlx5::{Wc, WcOpcode, WcStatus};
 use crate::sync::Ordering;
 
 /// Largest status in `ibv_wc_status` numbering (`IBV_WC_GENERAL_ERR`).

@@ -10,8 +10,8 @@ use core::ptr;
 
 use super::layout::{RxeRecvWqe, RECV_SGE_OFFSET, SGE_SIZE};
 use super::{read_at, RxeQueue};
+use crate::completion::{QpState, Wc, WcOpcode};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode};
 use crate::sync::Ordering;
 use crate::wr::{FailedWr, QpCaps, RecvWr, Sge};
 

@@ -16,8 +16,8 @@ use super::layout::{
     SGE_SIZE,
 };
 use super::{read_at, RxeQueue};
+use crate::completion::{QpState, Wc, WcOpcode};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode};
 use crate::sync::Ordering;
 use crate::wr::{FailedWr, Payload, QpCaps, SendOp, SendWr, Sge};
 

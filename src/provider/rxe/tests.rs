@@ -9,9 +9,9 @@ use std::vec::Vec;
 
 use super::layout::HEADER_SIZE;
 use super::*;
+use crate::completion::wc_flags;
+use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 use crate::error::{Error, PostError};
-use crate::provider::mlx5::cq::wc_flags;
-use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
 use crate::sync::{AtomicU32, Ordering};
 use crate::testutil::AlignedBuf;
 use crate::wr::{

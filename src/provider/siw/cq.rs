@@ -8,9 +8,9 @@
 
 use super::layout::{cqe_word_fields, notify, opcode, wc_status, wqe_flags, SiwCqCtrl, SiwCqe};
 use super::{read_at, Ring};
+use crate::completion::wc_flags;
+use crate::completion::{Wc, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::cq::wc_flags;
-use crate::provider::mlx5::{Wc, WcOpcode, WcStatus};
 use crate::sync::{AtomicU32, Ordering};
 
 const CQE: usize = core::mem::size_of::<SiwCqe>();

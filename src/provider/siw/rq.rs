@@ -8,8 +8,8 @@ use super::layout::{
     wqe_flags, wqe_word, wqe_word_fields, SiwRqe, SiwSge, MAX_SGE, RQE_SGE_OFFSET, SGE_SIZE,
 };
 use super::{read_at, write_at, Ring};
+use crate::completion::{QpState, Wc, WcOpcode};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode};
 use crate::sync::Ordering;
 use crate::wr::{FailedWr, QpCaps, RecvWr, Sge};
 

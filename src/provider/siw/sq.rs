@@ -14,8 +14,8 @@ use super::layout::{
     SQE_INLINE_OFFSET, SQE_SGE_OFFSET,
 };
 use super::{read_at, write_at, Ring};
+use crate::completion::{QpState, Wc, WcOpcode};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode};
 use crate::sync::Ordering;
 use crate::wr::{FailedWr, Payload, QpCaps, SendFlags, SendOp, SendWr, Sge};
 

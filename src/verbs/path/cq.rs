@@ -8,8 +8,8 @@ use rdma_sys as sys;
 
 use super::registry::{CqRegistry, RegistryView};
 use crate::api::CqDriver;
+use crate::completion::{Wc, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::{Wc, WcOpcode, WcStatus};
 use crate::verbs::fail;
 
 /// Completions fetched from the provider per `ibv_poll_cq` call.

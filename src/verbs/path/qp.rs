@@ -9,8 +9,8 @@ use rdma_sys as sys;
 
 use super::track::{track_accessors, QpTrack, RECV_BIT};
 use crate::api::QpDriver;
+use crate::completion::QpState;
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::QpState;
 use crate::sync::Ordering;
 use crate::verbs::{fail, Raw};
 use crate::wr::{validate_recv, Payload, QpCaps, RecvWr, SendOp, SendWr};

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
 use super::track::{QpTrack, RECV_BIT};
+use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::{QpState, Wc, WcOpcode, WcStatus};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The CQ-side registry of the QPs completing on a CQ. Changed only by the

@@ -5,8 +5,8 @@ use std::boxed::Box;
 use std::sync::Mutex;
 use std::vec::Vec;
 
+use crate::completion::{QpState, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::{QpState, WcOpcode, WcStatus};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::wr::{validate_send, Payload, QpCaps, RecvWr, SendFlags, SendOp, SendWr};
 

@@ -49,7 +49,7 @@
 //! from the kernel UAPI headers through bindgen ([`crate::sys::uverbs`]),
 //! with static assertions of the sizes §B, §C and §F state.
 //!
-//! [`QpModify`]: crate::soft::QpModify
+//! [`QpModify`]: crate::attr::QpModify
 
 mod channel;
 mod command;
