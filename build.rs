@@ -1,6 +1,6 @@
 //! Build script: bindgen of the system RDMA headers under the `verbs`
 //! feature (layout cross-checks, and the kernel uverbs ABI that the rxe/siw
-//! queue creation in `src/verbs/uverbs.rs` speaks); nothing otherwise. The
+//! queue creation in `src/verbs/uverbs/` speaks); nothing otherwise. The
 //! wrapper headers handed to libclang are in `bindgen/`.
 //!
 //! Default builds never touch libclang or rdma-core: the bindgen code below
@@ -35,8 +35,8 @@ mod mlx5dv {
     /// compiler's default include path (e.g. an rdma-core build tree).
     const INCLUDE_DIR_ENV: &str = "RDMA_DIRECT_INCLUDE_DIR";
 
-    /// The structs cross-checked by `tests/layout_bindgen.rs` (reference
-    /// §A.1, §A.3, §A.8, §E). Types they use are pulled in as needed.
+    /// The structs cross-checked by `tests/layout_bindgen.rs`
+    /// (docs/spec/mlx5.md §1, §3, §8, §10). Types they use are pulled in as needed.
     const TYPES: &[&str] = &[
         "mlx5_wqe_ctrl_seg",
         "mlx5_wqe_raddr_seg",
@@ -67,7 +67,7 @@ mod mlx5dv {
             .generate_comments(false)
             // The C struct is `packed` + `aligned(4)` with a u16 at offset 9;
             // Rust's `packed(4)` would move it to offset 10 and grow the
-            // struct to 20 bytes (reference §E), so keep it as a 16-byte,
+            // struct to 20 bytes (docs/spec/mlx5.md §10), so keep it as a 16-byte,
             // 4-aligned blob and check the hand-written segment against it.
             .opaque_type("mlx5_wqe_ctrl_seg")
             // The anonymous `enum { MLX5_... }` constants of mlx5dv.h.
@@ -115,7 +115,7 @@ mod uverbs {
     const INCLUDE_DIR_ENV: &str = "RDMA_DIRECT_INCLUDE_DIR";
 
     /// The command layouts, driver responses and ring headers the uverbs
-    /// layer uses (reference §B.1, §B.2, §C.1, §C.2, §F). Types they use
+    /// layer uses (docs/spec/rxe.md §1, §2, docs/spec/siw.md §1, §2, docs/spec/kernels.md). Types they use
     /// are pulled in as needed.
     const TYPES: &[&str] = &[
         "ib_uverbs_cmd_hdr",

@@ -52,7 +52,7 @@ use rdma_direct::{Remote, Result, SendFlags, SendOp, SendWr, Sge};
 const BATCH: usize = 16;
 /// Default number of calls of each measured function.
 const DEFAULT_ITERS: u64 = 10_000;
-/// mlx5 opcode of RDMA_WRITE (reference §A.4), for the CQEs.
+/// mlx5 opcode of RDMA_WRITE (docs/spec/mlx5.md §4), for the CQEs.
 const MLX5_OPCODE_RDMA_WRITE: u32 = 0x08;
 
 /// What the application knows about one RDMA_WRITE (the C reference takes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz smoke run (style guide 2.10 "Fuzz", CI check 2.11.10).
+# Fuzz smoke run (CONTRIBUTING.md, fuzz/README.md).
 #
 # Builds every cargo-fuzz target in fuzz/, checks the committed seeds are
 # current, then runs each target for FUZZ_SECONDS (default 30) starting from

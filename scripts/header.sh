@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Header drift check for include/rdma_direct.h (style guide 2.8 / CI 2.11.7).
+# Header drift check for include/rdma_direct.h (docs/architecture.md §9, CONTRIBUTING.md).
 #
 #   scripts/header.sh           regenerate into a temp file, fail on any diff
 #   scripts/header.sh --write   regenerate include/rdma_direct.h in place

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Loom model checks of the ring algorithms (style guide §2.10, §2.11 item 5).
+# Loom model checks of the ring algorithms (docs/architecture.md §6).
 #
 # Runs every test in a module named `loom_tests` (today: src/ring/mp.rs and
-# src/ring/submit.rs), compiled with `--cfg loom` so `crate::sync` hands out
+# src/ring/submit/), compiled with `--cfg loom` so `crate::sync` hands out
 # loom's atomics and cells, in the `loom` profile (test + opt-level 3).
 #
 # Preemption bound: LOOM_MAX_PREEMPTIONS defaults to 2, as tokio's and

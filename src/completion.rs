@@ -36,7 +36,7 @@ impl WcStatus {
 }
 
 impl WcStatus {
-    /// Maps an mlx5 error-CQE syndrome (reference §A.8 table).
+    /// Maps an mlx5 error-CQE syndrome (docs/spec/mlx5.md §8 table).
     #[inline]
     pub const fn from_syndrome(s: u8) -> WcStatus {
         match s {

@@ -1,7 +1,7 @@
 //! Every volatile/MMIO access and every hardware barrier of the crate.
 //!
-//! Named barriers follow rdma-core's `util/udma_barrier.h` (reference
-//! §A.7): one name per purpose, one implementation per architecture.
+//! Named barriers follow rdma-core's `util/udma_barrier.h`
+//! (docs/spec/mlx5.md §7): one name per purpose, one implementation per architecture.
 //!
 //! | barrier | x86_64 | aarch64 |
 //! |---|---|---|
@@ -54,8 +54,8 @@ pub fn from_device_barrier() {
 
 /// Orders earlier stores before later loads of memory shared with the
 /// kernel (a full fence): siw publishes an SQE's VALID flag and then
-/// checks whether the kernel consumed the previous one (reference §C.4),
-/// and arms a CQ through its control word and then re-polls (§C.3); a
+/// checks whether the kernel consumed the previous one (docs/spec/siw.md §4),
+/// and arms a CQ through its control word and then re-polls (docs/spec/siw.md §3); a
 /// store followed by a load needs this, which acquire/release cannot give.
 /// The kernel side pairs it with `smp_store_mb`/`smp_mb`. rdma-core gets
 /// the same from sequentially consistent C11 atomics.
@@ -166,7 +166,7 @@ pub unsafe fn blueflame_copy(
     }
 }
 
-/// The full mlx5 send doorbell (reference §A.7 steps 2–7), 8-byte form:
+/// The full mlx5 send doorbell (docs/spec/mlx5.md §7 steps 2–7), 8-byte form:
 /// to-device barrier, doorbell record = `pi`, WC start, one 64-bit store of
 /// the last WQE's first 8 control bytes, optional flush.
 ///
@@ -216,7 +216,7 @@ pub unsafe fn send_blueflame(
 
 /// Loads a CQE's `op_own` byte (the ownership word) with Acquire, so an
 /// in-process device's CQE writes are visible; the caller then issues
-/// [`from_device_barrier`] before reading the rest (reference §A.8).
+/// [`from_device_barrier`] before reading the rest (docs/spec/mlx5.md §8).
 ///
 /// # Safety
 /// `p` must be valid for reads and only written atomically by others.

@@ -1,4 +1,4 @@
-//! The synchronisation shim (style guide §3): every atomic, cell and spin
+//! The synchronisation shim (docs/architecture.md §6): every atomic, cell and spin
 //! hint used by the crate's rings and shared indices comes from here. Under
 //! `cfg(all(loom, test))` (the in-crate loom models) they are loom's model-checked types; otherwise `core`'s.
 //!

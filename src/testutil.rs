@@ -238,8 +238,8 @@ impl FakeMlx5 {
     }
 }
 
-/// A send WQE parsed back from ring bytes. The parser follows reference
-/// §A.3–A.5 on its own and never calls the encoder.
+/// A send WQE parsed back from ring bytes. The parser follows
+/// docs/spec/mlx5.md §3–§5 on its own and never calls the encoder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecodedWqe {
     /// mlx5 opcode.

@@ -1,7 +1,7 @@
 //! Typed work requests and their validation.
 //!
 //! A work request is validated once, at the edge, against the queue's
-//! [`QpCaps`] (reference §A.2–A.6); the provider encoders may then assume it
+//! [`QpCaps`] (docs/spec/mlx5.md §2–§6); the provider encoders may then assume it
 //! is well formed. Validation never panics and never writes to a queue: a
 //! rejected WR leaves the queue untouched.
 

@@ -1,6 +1,6 @@
 //! CQ polling: owner bit across many wraps, error-CQE mapping, unsignaled
 //! retirement, scatter-to-CQE, corrupt and compressed CQEs, arming
-//! (reference §A.8, §A.9).
+//! (docs/spec/mlx5.md §8, §9).
 
 use rdma_direct::provider::mlx5::cq::syndrome;
 use rdma_direct::provider::mlx5::*;

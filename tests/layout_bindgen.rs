@@ -1,8 +1,8 @@
 //! Cross-checks the hand-written mlx5 layouts in
-//! `src/provider/mlx5/layout.rs` (and the syndromes in `cq.rs`) against
+//! `src/provider/mlx5/layout.rs` (and the syndromes in `completion.rs`) against
 //! bindgen output of the system's `infiniband/mlx5dv.h` (`rdma_direct::sys`,
 //! feature `verbs`). Guards against the field-width drift of ruapc PR #94
-//! (style guide §2.4).
+//! (docs/architecture.md §7).
 //!
 //! For every struct: size, alignment, and for every field (both sides,
 //! `offset_of!`) the offset and the width. Destructuring patterns without
@@ -87,7 +87,7 @@ macro_rules! same_fields {
 /// `mlx5_wqe_ctrl_seg` is `packed` + `aligned(4)` in C with a `__be16` at
 /// the odd offset 9. bindgen renders that as `repr(C, packed(4))`, which
 /// Rust lays out differently (u16 at 10, 20 bytes) and whose own layout
-/// assertions then fail, so the bindings make it opaque (reference §E) and
+/// assertions then fail, so the bindings make it opaque (docs/spec/mlx5.md §10) and
 /// no C field offsets are available here. What is checked instead:
 /// * size 16 and alignment 4 against the opaque blob (which bindgen takes
 ///   from libclang's layout of the real struct);
@@ -97,7 +97,7 @@ macro_rules! same_fields {
 ///   signature; __be16 dci_stream_channel_id; uint8_t fm_ce_se; __be32
 ///   imm;`) are transcribed from mlx5dv.h; their widths come from the
 ///   bindgen'd typedefs, and their sum must equal the blob's size;
-/// * the documented offsets 0/4/8/9/11/12 of reference §A.3 (also
+/// * the documented offsets 0/4/8/9/11/12 of docs/spec/mlx5.md §3 (also
 ///   asserted at compile time in layout.rs).
 #[test]
 fn ctrl_seg() {
@@ -122,7 +122,7 @@ fn ctrl_seg() {
         size_of::<sys::mlx5_wqe_ctrl_seg>(),
         "packed field widths must add up to the C struct size"
     );
-    assert_eq!(c_offsets, [0, 4, 8, 9, 11, 12], "reference §A.3");
+    assert_eq!(c_offsets, [0, 4, 8, 9, 11, 12], "docs/spec/mlx5.md §3");
 
     all_fields_listed!(CtrlSeg {
         opmod_idx_opcode,
@@ -472,8 +472,8 @@ fn ctrl_flag_values() {
 }
 
 /// `OCTOWORD`, `MAX_DS`, `CQ_SET_CI` and `CQ_ARM_DB` have no public header
-/// constant (the last two live in rdma-core's private mlx5.h, reference
-/// §E) and are covered by the reference only.
+/// constant (the last two live in rdma-core's private mlx5.h, docs/spec/mlx5.md
+/// §10) and are covered by that document only.
 #[test]
 fn misc_constants() {
     same_values!(

@@ -25,7 +25,7 @@ impl Rng {
 }
 
 /// What the decoder must return for an accepted WR (built from the WR
-/// alone, following reference §A.3–A.5).
+/// alone, following docs/spec/mlx5.md §3–§5).
 fn expected(wr: &SendWr<'_>, index: u16, qpn: u32, signaled: bool) -> DecodedWqe {
     let (op, imm, remote, atomic) = match wr.op {
         SendOp::Send => (opcode::SEND, 0, None, None),

@@ -928,7 +928,7 @@ mod malformed {
 }
 
 /// The device writes 128-byte CQEs too (the CQE64 in the second half of
-/// each slot, reference §A.8), and the poller reads them.
+/// each slot, docs/spec/mlx5.md §8), and the poller reads them.
 #[test]
 fn cqe128_round_trip() {
     let all = ConnectAttr {

@@ -1,7 +1,7 @@
 //! Every start slot × every WQE size on a small ring: nothing is written
 //! outside the WQE's basic blocks (modulo the ring), DS and the WQE index
 //! are right, and inline payloads split correctly at every byte of the
-//! ring end (reference §A.2 wrap rule).
+//! ring end (docs/spec/mlx5.md §2 wrap rule).
 
 use rdma_direct::provider::mlx5::*;
 use rdma_direct::testutil::*;

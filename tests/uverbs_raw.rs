@@ -247,7 +247,7 @@ fn create_map_and_destroy() {
         assert_eq!((rq.ptr.as_ptr(), rq.len), (qp.rq_ptr(), qp.rq_len()));
         match kind {
             Kind::Rxe => {
-                // §F: a CQ asked for 32 holds 63; the rings hold at least
+                // docs/spec/kernels.md: a CQ asked for 32 holds 63; the rings hold at least
                 // what was asked.
                 check_rxe_ring("CQ", &cring, 32);
                 assert_eq!(cq.entries(), cring.capacity);
@@ -277,7 +277,7 @@ fn create_map_and_destroy() {
         match kind {
             Kind::Rxe => qp.modify(&init, &caps).expect("RESET -> INIT"),
             Kind::Siw => {
-                // What rdma_init_qp_attr hands an iWARP QP (§F siw flow
+                // What rdma_init_qp_attr hands an iWARP QP (docs/spec/kernels.md siw flow
                 // step 4): the state and access flags only.
                 // SAFETY: all-zero is a valid ibv_qp_attr.
                 let mut a: ibv::ibv_qp_attr = unsafe { std::mem::zeroed() };
@@ -336,8 +336,8 @@ fn siw_without_receive_queue_maps_no_rq() {
     }
 }
 
-/// Writes one signaled RDMA WRITE into an rxe SQ (reference §B.3) and
-/// publishes it (§B.2: release-store of the masked producer index).
+/// Writes one signaled RDMA WRITE into an rxe SQ (docs/spec/rxe.md §3) and
+/// publishes it (docs/spec/rxe.md §2: release-store of the masked producer index).
 fn rxe_post_write(sq: &RingView, wr_id: u64, src: &Mr, dst: &Mr, len: u32) {
     let prod = word(sq, 128).load(Ordering::Relaxed);
     let cons = word(sq, 256).load(Ordering::Acquire);
@@ -367,7 +367,7 @@ fn rxe_post_write(sq: &RingView, wr_id: u64, src: &Mr, dst: &Mr, len: u32) {
     word(sq, 128).store((prod + 1) & mask, Ordering::Release);
 }
 
-/// A CQE read from an rxe CQ ring (`struct ib_uverbs_wc`, §B.5).
+/// A CQE read from an rxe CQ ring (`struct ib_uverbs_wc`, docs/spec/rxe.md §5).
 #[derive(Debug)]
 struct RxeCqe {
     wr_id: u64,
@@ -447,7 +447,7 @@ fn rxe_write_through_raw_queues() {
         // SAFETY: live context.
         let async_ev = unsafe { AsyncEvents::new(env.ctx) }.unwrap();
 
-        // RESET -> INIT -> RTR -> RTS, connected to itself (§F: global AV
+        // RESET -> INIT -> RTR -> RTS, connected to itself (docs/spec/kernels.md: global AV
         // with the device's RoCEv2 GID index, hop limit 1, port 1, MTU 1024).
         let psn = 0xabcd;
         let init = QpModify {

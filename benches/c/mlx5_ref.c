@@ -7,8 +7,8 @@
  * hand-filled remote-address segment, and a requester-only CQ poll loop.
  * It is what an application that gives up generality would write, and it
  * is the floor the Rust crate is compared against. Written for this
- * project from the segment layouts in docs/dataplane-reference.md (part
- * A); no rdma-core or UCX code is copied.
+ * project from the segment layouts in docs/spec/mlx5.md and the
+ * public infiniband/mlx5dv.h; no rdma-core or UCX code is copied.
  *
  * Memory stands in for a device exactly as FakeMlx5 does on the Rust side:
  * a 256-BB send ring, a 256-entry CQ of 64-byte CQEs, a doorbell record
@@ -40,7 +40,7 @@
 #define QPN 0x1c5u
 #define DEFAULT_ITERS 10000ul
 
-/* ---- barriers (reference A.7), same choices as src/mmio.rs ---------- */
+/* ---- barriers (docs/spec/mlx5.md §7), same choices as src/mmio.rs ---------- */
 
 #define compiler_barrier() __asm__ __volatile__("" ::: "memory")
 

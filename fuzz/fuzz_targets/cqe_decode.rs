@@ -34,7 +34,7 @@
 //! guard bytes around it (the poller writes there for scatter-to-CQE).
 //!
 //! An independent model of the poller (owner bit, format, QPN route,
-//! outstanding-WQE lookup, reference §A.8–A.9 and the `poll` docs) predicts
+//! outstanding-WQE lookup, docs/spec/mlx5.md §8–§9 and the `poll` docs) predicts
 //! every poll: the returned completions field by field, the error, the
 //! consumer index and doorbell record, the queue counters and the exact
 //! bytes scattered into posted buffers. Also checked: every completion
@@ -160,7 +160,7 @@ fn state_from(b: u8) -> QpState {
     }
 }
 
-/// The error-CQE syndrome table (reference §A.8, rdma-core
+/// The error-CQE syndrome table (docs/spec/mlx5.md §8, rdma-core
 /// `mlx5_handle_error_cqe`).
 fn status_of(syndrome: u8) -> WcStatus {
     WcStatus(match syndrome {
@@ -507,7 +507,7 @@ impl Harness {
             let ci = self.m.ci;
             let base = (ci & (cnt - 1)) as usize * size;
             let c = &cq[base + size - 64..base + size];
-            // Owner bit and opcode (§A.8): hardware-owned entries end the poll.
+            // Owner bit and opcode (docs/spec/mlx5.md §8): hardware-owned entries end the poll.
             let op_own = c[63];
             let op = op_own >> 4;
             if op == INVALID || (op_own & 1) as u32 != (ci >> log_cnt) & 1 {

@@ -40,7 +40,7 @@
 //! - a WQE requests a CQE exactly when asked (SIGNALED or sig_all) when it
 //!   is written; a doorbell may only add that request to the last WQE it
 //!   covers, and afterwards the unsignaled run plus the largest WQE fits
-//!   the ring (the SQ can never fill with work nothing retires, §A.9);
+//!   the ring (the SQ can never fill with work nothing retires, docs/spec/mlx5.md §9);
 //! - after a doorbell the record is `producer & 0xffff`, the register holds
 //!   the last WQE's control bytes (or, for BlueFlame, the whole WQE) at the
 //!   current half, nothing else in the register changes, and the half
@@ -191,7 +191,7 @@ impl Harness {
         assert_eq!(d.qpn, self.f.geo.qpn, "qpn");
         assert_eq!(d.ds, send::ds(w), "ds of {w:?}");
         if rung && d.fm_ce_se == fm_ce_se | ctrl::CQ_UPDATE {
-            // Forced by the doorbell's unsignaled-run guard (§A.9).
+            // Forced by the doorbell's unsignaled-run guard (docs/spec/mlx5.md §9).
         } else {
             assert_eq!(d.fm_ce_se, fm_ce_se, "fm_ce_se of {w:?}");
         }
@@ -444,7 +444,7 @@ impl Harness {
                 "doorbell register byte {i} written outside the doorbell"
             );
         }
-        // The unsignaled-run guard (§A.9): if the doorbell made the last
+        // The unsignaled-run guard (docs/spec/mlx5.md §9): if the doorbell made the last
         // WQE request a CQE, the run restarts. Either way, once every
         // requested CQE arrives the largest WQE must fit again, or the SQ
         // could fill with work nothing retires.

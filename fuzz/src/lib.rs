@@ -7,7 +7,7 @@
 //!   (no dependency on another crate's encoding).
 //! - [`send`]: an independent model of the send-WR rules: which typed
 //!   errors a work request deserves, and the WQE it must become. It is
-//!   written from the documented rules (`wr.rs`, reference §A.2–A.5 and
+//!   written from the documented rules (`wr.rs`, docs/spec/mlx5.md §2–§5 and
 //!   `mlx5dv.h`) and never calls the crate's validation or encoder.
 //! - [`pattern`]: position-dependent fill bytes, so a stray write of any
 //!   value is visible.

@@ -262,7 +262,7 @@ impl<B: Backend> Qp<B> {
     #[cold]
     fn post_send_metered(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         // The mlx5 core may add one CQE of its own at the doorbell (the
-        // signalling guard, §A.9); room for it is kept back.
+        // signalling guard, docs/spec/mlx5.md §9); room for it is kept back.
         let extra = u64::from(matches!(self.path, QpPath::Mlx5(_)));
         let want = signaled(wrs) + extra;
         let cq = Arc::clone(&self._send_cq);

@@ -58,7 +58,7 @@ impl Engine {
             core::ptr::copy_nonoverlapping(img.as_ptr(), base.add(at), 63);
             mmio::store_op_own(base.add(at + 63), (img[63] & 0xfe) | owner);
         }
-        // op_own: opcode in bits 7..4, solicited event in bit 1 (§A.8).
+        // op_own: opcode in bits 7..4, solicited event in bit 1 (docs/spec/mlx5.md §8).
         let op = img[63] >> 4;
         if img[63] & 0x02 != 0 || op == cqe_opcode::REQ_ERR || op == cqe_opcode::RESP_ERR {
             cq.last_solicited = Some(cq.pi);
@@ -67,7 +67,7 @@ impl Engine {
         true
     }
 
-    /// Delivers completion events (reference §A.8): software arms a CQ by
+    /// Delivers completion events (docs/spec/mlx5.md §8): software arms a CQ by
     /// writing the arm word into doorbell-record word 1 and then the 64-bit
     /// CQ doorbell (`arm word << 32 | cqn`, big-endian) at UAR + 0x20. Each
     /// doorbell write arms the CQ once: the device takes it (swaps the

@@ -240,7 +240,7 @@ impl SoftDevice {
     }
 
     /// Creates an RC QP in RESET, sized like rdma-core sizes mlx5 QPs
-    /// (reference §A.2, §A.6).
+    /// (docs/spec/mlx5.md §2, §6).
     pub fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<SoftQp> {
         if init.max_send_wr == 0
             || init.max_send_sge > 30
@@ -344,7 +344,7 @@ impl SoftDevice {
 
     /// Changes a QP's state. Valid transitions: RESET→INIT→RTR→RTS, any
     /// state → ERROR, any state → RESET (which zeroes the device counters
-    /// and both doorbell-record words, like libmlx5, §A.7).
+    /// and both doorbell-record words, like libmlx5, docs/spec/mlx5.md §7).
     pub fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         let mut e = self.engine();
         let Some(i) = e.qp_index(qpn) else {

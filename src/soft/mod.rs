@@ -5,7 +5,7 @@
 //! records, copies WQEs out of the send ring as bytes, validates them with
 //! its own parser ([`wqe`], never the crate's encoder), executes them
 //! between RC QPs of the same device, and writes CQE64/CQE128 entries with
-//! the owner-bit protocol of reference §A.8. Everything the application
+//! the owner-bit protocol of docs/spec/mlx5.md §8. Everything the application
 //! touches on the data path is plain shared memory: posting and polling
 //! never take a lock or make a call into the device.
 //!

@@ -1,5 +1,5 @@
 //! The software device's own strict parser for mlx5 send and receive WQEs
-//! (reference §A.3–A.6). It never calls the crate's encoder: it reads
+//! (docs/spec/mlx5.md §3–§6). It never calls the crate's encoder: it reads
 //! bytes, checks every rule, and reports a violation as the syndrome real
 //! hardware would put in the error CQE.
 

@@ -6,7 +6,7 @@
 //! `tests/layout_bindgen.rs` can cross-check those layouts against the C
 //! header. The data path never uses these types. `mlx5_wqe_ctrl_seg` is
 //! opaque (a 16-byte, 4-aligned blob): Rust cannot express its packed,
-//! odd-offset `u16` (reference §E). bindgen's own layout assertions are
+//! odd-offset `u16` (docs/spec/mlx5.md §10). bindgen's own layout assertions are
 //! compiled in and fail the build if the header disagrees with itself.
 #![allow(
     non_camel_case_types,

@@ -6,7 +6,7 @@
 //! Only the legacy command bodies and responses, the driver create
 //! responses, the rxe ring header and the siw element types are bound:
 //! [`crate::verbs::uverbs`] builds its commands from them and checks their
-//! sizes against the reference (§B, §C, §F) with static assertions.
+//! sizes against the reference (docs/spec/rxe.md, docs/spec/siw.md, docs/spec/kernels.md) with static assertions.
 //! bindgen's own layout assertions are compiled in and fail the build if
 //! the headers disagree with themselves.
 //!

@@ -364,8 +364,8 @@ impl Backend for VerbsDevice {
     fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
         let (s, r) = (init.max_send_wr, init.max_recv_wr.max(1));
         match self.direct {
-            // The kernel's ring sizes (reference §B.2: slots are
-            // roundup_pow2(n + 1), one stays empty; §C.1: roundup_pow2(n)).
+            // The kernel's ring sizes (docs/spec/rxe.md §2: slots are
+            // roundup_pow2(n + 1), one stays empty; docs/spec/siw.md §1: roundup_pow2(n)).
             Some((uverbs::Kind::Rxe, _)) => {
                 let ring = |n: u32| n.saturating_add(1).next_power_of_two() - 1;
                 return (ring(s), ring(r));

@@ -1,7 +1,7 @@
 //! The direct data paths on the kernel's software devices: rdma-direct
 //! writes rxe and siw WQEs itself into rings it created and mapped
 //! ([`super::uverbs`]), rings the doorbell itself (one empty POST_SEND per
-//! batch, reference §B.6 and §C.4), and polls the completion rings itself.
+//! batch, docs/spec/rxe.md §6 and docs/spec/siw.md §4), and polls the completion rings itself.
 //! The kernel is the consumer; libibverbs' rxe/siw providers are not
 //! involved beyond the PD and MRs.
 //!
@@ -32,25 +32,25 @@ const BATCH: usize = 32;
 
 /// The send ring of a direct QP.
 pub(crate) enum SendRing {
-    /// rxe (§B.3).
+    /// rxe (docs/spec/rxe.md §3).
     Rxe(rxe::RxeSendQueue),
-    /// siw (§C.2).
+    /// siw (docs/spec/siw.md §2).
     Siw(siw::SiwSendQueue),
 }
 
 /// The receive ring of a direct QP.
 pub(crate) enum RecvRing {
-    /// rxe (§B.4).
+    /// rxe (docs/spec/rxe.md §4).
     Rxe(rxe::RxeRecvQueue),
-    /// siw (§C.2).
+    /// siw (docs/spec/siw.md §2).
     Siw(siw::SiwRecvQueue),
 }
 
 /// The completion ring of a direct CQ.
 pub(crate) enum CqRing {
-    /// rxe (§B.5).
+    /// rxe (docs/spec/rxe.md §5).
     Rxe(rxe::RxeCq),
-    /// siw (§C.2, §C.3).
+    /// siw (docs/spec/siw.md §2, §3).
     Siw(siw::SiwCq),
 }
 
@@ -319,7 +319,7 @@ impl QpDriver for DirectQp {
                 t.rq_posted.store(base + n as u64, Ordering::Release);
                 // SAFETY: as in `post_send` (the kernel checks every SGE
                 // before writing). No system call: the kernel reads the
-                // ring when a message arrives (§B.4, §C.3).
+                // ring when a message arrives (docs/spec/rxe.md §4, docs/spec/siw.md §3).
                 if let Err(e) = unsafe { rq.post(&buf[..n]) } {
                     t.rq_posted.store(base + e.index as u64, Ordering::Release);
                     return Err(PostError {
@@ -413,7 +413,7 @@ impl DirectCq {
         match &mut self.ring {
             // rxe has no shared-memory arm: a REQ_NOTIFY_CQ command.
             CqRing::Rxe(_) => self.cq.req_notify(solicited_only),
-            // siw arms through the control word after the ring (§C.3).
+            // siw arms through the control word after the ring (docs/spec/siw.md §3).
             CqRing::Siw(c) => {
                 c.arm(solicited_only);
                 Ok(())

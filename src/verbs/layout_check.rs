@@ -1,8 +1,8 @@
 //! The hand-written rxe and siw element layouts of the `no_std` codecs
 //! (`provider::rxe::layout`, `provider::siw::layout`), checked field by
 //! field against bindgen's output of the system's `rdma/rdma_user_rxe.h`,
-//! `rdma/siw-abi.h` and `rdma/ib_user_verbs.h` (reference §B.3–§B.5,
-//! §C.2–§C.3). Everything here is a compile-time assertion: a header whose
+//! `rdma/siw-abi.h` and `rdma/ib_user_verbs.h` (docs/spec/rxe.md §3–§5,
+//! docs/spec/siw.md §2–§3). Everything here is a compile-time assertion: a header whose
 //! layout differs from the codecs' fails the `verbs` build.
 
 use core::mem::{offset_of, size_of};
@@ -23,7 +23,7 @@ macro_rules! same_layout {
     };
 }
 
-// rxe (§B.3): the send WQE header (its payload is a flexible array, so the
+// rxe (docs/spec/rxe.md §3): the send WQE header (its payload is a flexible array, so the
 // C struct's size is the header's), the receive WQE header, the CQE.
 const_assert_eq!(size_of::<rxe::RxeSendWqe>(), size_of::<k::rxe_send_wqe>());
 const_assert_eq!(size_of::<rxe::RxeSendWr>(), size_of::<k::rxe_send_wr>());
@@ -100,7 +100,7 @@ same_layout!(rxe::RxeQueueHeader, k::rxe_queue_buf;
     consumer_index = consumer_index,
 );
 
-// siw (§C.2, §C.3).
+// siw (docs/spec/siw.md §2, §3).
 const_assert_eq!(size_of::<siw::SiwSqe>(), size_of::<k::siw_sqe>());
 const_assert_eq!(size_of::<siw::SiwRqe>(), size_of::<k::siw_rqe>());
 const_assert_eq!(size_of::<siw::SiwCqe>(), size_of::<k::siw_cqe>());

@@ -1,6 +1,6 @@
 //! The mlx5 (ConnectX) direct path under the verbs backend: QPs and CQs
 //! are created through libibverbs/libmlx5, then `mlx5dv_init_obj` hands
-//! out their raw queues (reference §A.1), which go to the crate's own
+//! out their raw queues (docs/spec/mlx5.md §1), which go to the crate's own
 //! mlx5 core, so posting and polling make no library call at all.
 //!
 //! * Each QP is created under its own thread domain (a parent domain over

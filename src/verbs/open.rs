@@ -104,7 +104,7 @@ impl VerbsDevice {
         let path = cfg.data_path.resolve()?;
         // The rxe/siw direct path creates its own CQs and QPs with raw
         // uverbs commands; it takes a context of its own, so that no
-        // libibverbs object shares its async events (reference §F).
+        // libibverbs object shares its async events (docs/spec/kernels.md).
         let (ctx, owned) = if path == DataPath::Fallback {
             open_context(cfg.device.as_deref())?
         } else {

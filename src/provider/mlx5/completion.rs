@@ -5,7 +5,7 @@
 
 pub use crate::completion::{wc_flags, QpState, Wc, WcOpcode, WcStatus};
 
-/// mlx5 error-CQE syndromes (reference §A.8).
+/// mlx5 error-CQE syndromes (docs/spec/mlx5.md §8).
 pub mod syndrome {
     /// Local length error.
     pub const LOCAL_LENGTH: u8 = 0x01;

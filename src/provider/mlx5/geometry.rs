@@ -20,7 +20,7 @@ pub fn max_wqe_bytes(init: &QpInit) -> u32 {
 }
 
 /// SQ basic blocks and RQ entries the device gives a QP created with
-/// `init` (as rdma-core sizes mlx5 queues, reference §A.2, §A.6).
+/// `init` (as rdma-core sizes mlx5 queues, docs/spec/mlx5.md §2, §6).
 pub fn queue_sizes(init: &QpInit) -> (u32, u32) {
     (
         pow2(init.max_send_wr.saturating_mul(max_wqe_bytes(init)) / 64),

@@ -1,4 +1,4 @@
-//! Hand-written mlx5 layouts (reference §A.1, §A.3, §A.8, §E), with
+//! Hand-written mlx5 layouts (docs/spec/mlx5.md §1, §3, §8, §10), with
 //! compile-time size, alignment and offset checks. Under the `verbs`
 //! feature `tests/layout_bindgen.rs` cross-checks them against bindgen
 //! output of the system's `infiniband/mlx5dv.h`.
@@ -66,7 +66,7 @@ pub const SEND_WQE_BB: u32 = 64;
 pub const SEND_WQE_SHIFT: u32 = 6;
 /// Octoword (segment unit) size.
 pub const OCTOWORD: u32 = 16;
-/// Largest DS value: the field is 6 bits (reference §A.2).
+/// Largest DS value: the field is 6 bits (docs/spec/mlx5.md §2).
 pub const MAX_DS: u32 = 63;
 /// `MLX5_INLINE_SEG`: set in an inline segment's byte count.
 pub const INLINE_SEG: u32 = 0x8000_0000;
@@ -84,7 +84,7 @@ pub const CQ_SET_CI: usize = 0;
 /// Index of the arm word of the CQ doorbell record (`MLX5_CQ_ARM_DB`).
 pub const CQ_ARM_DB: usize = 1;
 
-/// `fm_ce_se` bits (reference §A.3).
+/// `fm_ce_se` bits (docs/spec/mlx5.md §3).
 pub mod ctrl_flags {
     /// CE = 2: always generate a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`).
     pub const CQ_UPDATE: u8 = 0x08;
@@ -96,7 +96,7 @@ pub mod ctrl_flags {
     pub const INITIATOR_SMALL_FENCE: u8 = 0x20;
 }
 
-/// mlx5 send opcodes (reference §A.4).
+/// mlx5 send opcodes (docs/spec/mlx5.md §4).
 pub mod opcode {
     /// NOP.
     pub const NOP: u8 = 0x00;
@@ -118,7 +118,7 @@ pub mod opcode {
     pub const ATOMIC_FA: u8 = 0x12;
 }
 
-/// CQE opcodes, bits 7..4 of `op_own` (reference §A.8).
+/// CQE opcodes, bits 7..4 of `op_own` (docs/spec/mlx5.md §8).
 pub mod cqe_opcode {
     /// Requester completion.
     pub const REQ: u8 = 0;
@@ -155,7 +155,7 @@ pub mod cqe_format {
 }
 
 /// `struct mlx5_wqe_ctrl_seg` (16 B, 4-aligned). `dci_stream_channel_id`
-/// sits at the odd offset 9 and is held as bytes (reference §E).
+/// sits at the odd offset 9 and is held as bytes (docs/spec/mlx5.md §10).
 #[repr(C, align(4))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtrlSeg {
@@ -216,7 +216,7 @@ pub struct InlineHdr {
 }
 
 /// `struct mlx5_cqe64` (64 B). For 128-byte CQEs it is the second half of
-/// each slot (reference §A.8).
+/// each slot (docs/spec/mlx5.md §8).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cqe64 {
@@ -288,7 +288,7 @@ pub struct ErrCqe {
     pub op_own: u8,
 }
 
-/// Mirror of `struct mlx5dv_qp` (96 B on LP64, reference §A.1): what
+/// Mirror of `struct mlx5dv_qp` (96 B on LP64, docs/spec/mlx5.md §1): what
 /// `mlx5dv_init_obj(MLX5DV_OBJ_QP)` returns.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -348,7 +348,7 @@ pub struct Mlx5dvCq {
     pub comp_mask: u64,
 }
 
-// Reference §A.3 / §E: segment sizes, alignment and field offsets.
+// docs/spec/mlx5.md §3 / docs/spec/mlx5.md §10: segment sizes, alignment and field offsets.
 const_assert_eq!(size_of::<CtrlSeg>(), 16);
 const_assert_eq!(align_of::<CtrlSeg>(), 4);
 const_assert_eq!(offset_of!(CtrlSeg, opmod_idx_opcode), 0);
@@ -366,7 +366,7 @@ const_assert_eq!(offset_of!(DataSeg, addr), 8);
 const_assert_eq!(size_of::<AtomicSeg>(), 16);
 const_assert_eq!(offset_of!(AtomicSeg, compare), 8);
 const_assert_eq!(size_of::<InlineHdr>(), 4);
-// Reference §A.8.
+// docs/spec/mlx5.md §8.
 const_assert_eq!(size_of::<Cqe64>(), 64);
 const_assert_eq!(align_of::<Cqe64>(), 8);
 const_assert_eq!(offset_of!(Cqe64, wqe_id), 2);
@@ -392,7 +392,7 @@ const_assert_eq!(offset_of!(ErrCqe, syndrome), 55);
 const_assert_eq!(offset_of!(ErrCqe, s_wqe_opcode_qpn), 56);
 const_assert_eq!(offset_of!(ErrCqe, wqe_counter), 60);
 const_assert_eq!(offset_of!(ErrCqe, op_own), 63);
-// Reference §A.1 (LP64).
+// docs/spec/mlx5.md §1 (LP64).
 #[cfg(target_pointer_width = "64")]
 mod lp64 {
     use super::*;

@@ -1,5 +1,5 @@
 //! mlx5 (ConnectX-4 and later) direct data path: layouts, send and receive
-//! queues, completion polling. Reference: `dataplane-reference.md` part A.
+//! queues, completion polling. Reference: `docs/spec/mlx5.md`.
 
 mod completion;
 pub mod cq;

@@ -1,4 +1,4 @@
-//! The mlx5 receive queue (reference §A.6): an array of data segments per
+//! The mlx5 receive queue (docs/spec/mlx5.md §6): an array of data segments per
 //! entry, an invalid-lkey terminator when fewer entries than the stride
 //! holds are used, and a doorbell record but no MMIO doorbell.
 
@@ -111,7 +111,7 @@ impl RecvQueue {
     pub fn set_state(&mut self, s: QpState) {
         self.state = s;
     }
-    /// Resets both counters to `head` (after RESET, §A.7).
+    /// Resets both counters to `head` (after RESET, docs/spec/mlx5.md §7).
     pub fn reset_counters(&mut self, head: u32) {
         self.head = head;
         self.tail = head;
@@ -207,7 +207,7 @@ impl RecvQueue {
     }
 
     /// Publishes posted receives: to-device barrier, then
-    /// `dbrec[0] = head & 0xffff` (§A.6). No MMIO doorbell exists for
+    /// `dbrec[0] = head & 0xffff` (docs/spec/mlx5.md §6). No MMIO doorbell exists for
     /// receives.
     #[inline(always)]
     pub fn ring(&mut self) {

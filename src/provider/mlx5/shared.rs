@@ -27,7 +27,7 @@ pub const LIST_CHUNK: usize = 16;
 
 /// State only the current ringer touches.
 struct Doorbell {
-    /// BlueFlame offset (0 or bf_size), toggled per doorbell (§A.7 step 7).
+    /// BlueFlame offset (0 or bf_size), toggled per doorbell (docs/spec/mlx5.md §7 step 7).
     bf_offset: u32,
     /// Producer counter after the last WQE known to request a CQE.
     last_signaled_end: u32,
@@ -288,7 +288,7 @@ impl SharedSendQueue {
     }
 
     /// The doorbell for a newly published range ending at `to`, whose last
-    /// WQE starts at BB `last` (§A.7). Runs on the elected ringer only.
+    /// WQE starts at BB `last` (docs/spec/mlx5.md §7). Runs on the elected ringer only.
     fn ring_doorbell(&self, db: &mut Doorbell, to: u32, last: u32) {
         // The entry was written before the producer's Release store of its
         // ready word, which the ringer acquired.

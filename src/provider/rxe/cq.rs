@@ -1,4 +1,4 @@
-//! The rxe completion queue (reference §B.2, §B.5).
+//! The rxe completion queue (docs/spec/rxe.md §2, §5).
 //!
 //! The kernel produces, the process consumes: acquire-load the producer
 //! index, copy each CQE between our consumer index and it once into a
@@ -17,7 +17,7 @@ use crate::sync::Ordering;
 const MAX_STATUS: u32 = WcStatus::GENERAL_ERR.0;
 
 /// Decodes one CQE (already copied out of the ring) into a [`Wc`]
-/// (reference §B.5).
+/// (docs/spec/rxe.md §5).
 ///
 /// - The status is `ibv_wc_status` numbering already; a value past
 ///   `GENERAL_ERR` becomes `GENERAL_ERR` with the raw value in
@@ -140,7 +140,7 @@ impl RxeCq {
     #[inline]
     pub fn kernel_producer(&self) -> u32 {
         // Acquire: pairs with the kernel's release store of the producer
-        // index (§B.2): the CQEs before it are fully written.
+        // index (docs/spec/rxe.md §2): the CQEs before it are fully written.
         self.q.producer().load(Ordering::Acquire) & self.q.mask
     }
     /// Corrupt CQEs consumed (and reported) so far.
@@ -202,7 +202,7 @@ impl RxeCq {
             self.cons = cons;
             // Release: our reads of the consumed CQEs happen before the
             // kernel can see their slots free and overwrite them (it
-            // acquire-loads this index, §B.2).
+            // acquire-loads this index, docs/spec/rxe.md §2).
             self.q.consumer().store(cons, Ordering::Release);
         }
         result.map(|()| n)

@@ -1,5 +1,5 @@
 //! Hand-written rxe (Soft-RoCE) layouts of the user-mapped queues
-//! (reference §B.2–B.5), with compile-time size, alignment and offset
+//! (docs/spec/rxe.md §2–§5), with compile-time size, alignment and offset
 //! checks.
 //!
 //! Every field is host-endian (the kernel and the process share the CPU),
@@ -11,25 +11,25 @@ use static_assertions::{assert_eq_size, const_assert, const_assert_eq};
 
 use crate::wr::Sge;
 
-/// Bytes of the shared header in front of the element array (§B.2).
+/// Bytes of the shared header in front of the element array (docs/spec/rxe.md §2).
 pub const HEADER_SIZE: usize = 384;
-/// Offset of the producer index in the header (§B.2).
+/// Offset of the producer index in the header (docs/spec/rxe.md §2).
 pub const PRODUCER_OFFSET: usize = offset_of!(RxeQueueHeader, producer_index);
-/// Offset of the consumer index in the header (§B.2).
+/// Offset of the consumer index in the header (docs/spec/rxe.md §2).
 pub const CONSUMER_OFFSET: usize = offset_of!(RxeQueueHeader, consumer_index);
 /// Largest `log2_elem_size` accepted from the kernel (64 KiB elements;
 /// real send WQEs are at most a few KiB).
 pub const LOG2_ELEM_MAX: u32 = 16;
 /// Largest ring accepted from the kernel (`index_mask + 1`).
 pub const MAX_SLOTS: u32 = 1 << 24;
-/// Offset of the SGE array or inline payload in a send WQE (§B.3).
+/// Offset of the SGE array or inline payload in a send WQE (docs/spec/rxe.md §3).
 pub const SEND_PAYLOAD_OFFSET: usize = size_of::<RxeSendWqe>();
-/// Offset of the SGE array in a receive WQE (§B.4).
+/// Offset of the SGE array in a receive WQE (docs/spec/rxe.md §4).
 pub const RECV_SGE_OFFSET: usize = size_of::<RxeRecvWqe>();
 /// Size of one SGE in a WQE (`struct rxe_sge`, same as `ibv_sge`).
 pub const SGE_SIZE: usize = size_of::<Sge>();
 
-/// Send opcodes, `IB_UVERBS_WR_*` numbering (reference §B.3).
+/// Send opcodes, `IB_UVERBS_WR_*` numbering (docs/spec/rxe.md §3).
 pub mod wr_opcode {
     /// RDMA WRITE.
     pub const RDMA_WRITE: u32 = 0;
@@ -53,7 +53,7 @@ pub mod wr_opcode {
     pub const SEND_WITH_INV: u32 = 9;
 }
 
-/// `send_flags` bits, `IBV_SEND_*` numbering (reference §B.3).
+/// `send_flags` bits, `IBV_SEND_*` numbering (docs/spec/rxe.md §3).
 pub mod send_flags {
     /// Fence.
     pub const FENCE: u32 = 1;
@@ -66,7 +66,7 @@ pub mod send_flags {
 }
 
 /// Completion opcodes, `IB_UVERBS_WC_*` (= `ibv_wc_opcode`) numbering
-/// (reference §B.5).
+/// (docs/spec/rxe.md §5).
 pub mod wc_opcode {
     /// SEND (also every error completion: the kernel leaves the opcode 0).
     pub const SEND: u32 = 0;
@@ -89,7 +89,7 @@ pub mod wc_opcode {
 }
 
 /// The kernel's `wc_flags` encoding in an rxe CQE (`enum ib_wc_flags`,
-/// reference §B.5). It differs from libibverbs' for the invalidate bit.
+/// docs/spec/rxe.md §5). It differs from libibverbs' for the invalidate bit.
 pub mod kernel_wc_flags {
     /// A GRH is present.
     pub const GRH: u32 = 1;
@@ -99,7 +99,7 @@ pub mod kernel_wc_flags {
     pub const WITH_INVALIDATE: u32 = 4;
 }
 
-/// `struct rxe_queue_buf` without its flexible `data[]` (reference §B.2):
+/// `struct rxe_queue_buf` without its flexible `data[]` (docs/spec/rxe.md §2):
 /// the 384-byte header at the start of every rxe queue mapping. Only used
 /// for its layout; the words are accessed as atomics through raw pointers.
 #[repr(C)]
@@ -121,7 +121,7 @@ pub struct RxeQueueHeader {
     pub pad_3: [u32; 31],
 }
 
-/// The `rdma` member of the send WR union (reference §B.3).
+/// The `rdma` member of the send WR union (docs/spec/rxe.md §3).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxeRdmaWr {
@@ -133,7 +133,7 @@ pub struct RxeRdmaWr {
     pub reserved: u32,
 }
 
-/// The `atomic` member of the send WR union (reference §B.3).
+/// The `atomic` member of the send WR union (docs/spec/rxe.md §3).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxeAtomicWr {
@@ -170,7 +170,7 @@ pub struct RxeMwWr {
     pub access: u32,
 }
 
-/// The 120-byte `wr` union of `struct rxe_send_wr` (reference §B.3). Only
+/// The 120-byte `wr` union of `struct rxe_send_wr` (docs/spec/rxe.md §3). Only
 /// the members this crate writes are named; `raw` covers the rest (UD,
 /// flush).
 #[repr(C)]
@@ -186,7 +186,7 @@ pub union RxeWrUnion {
     pub raw: [u64; 15],
 }
 
-/// `struct rxe_send_wr` (144 B, reference §B.3).
+/// `struct rxe_send_wr` (144 B, docs/spec/rxe.md §3).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct RxeSendWr {
@@ -206,7 +206,7 @@ pub struct RxeSendWr {
 }
 
 /// `struct rxe_dma_info` without its flexible SGE/inline array (24 B,
-/// reference §B.3, §B.4).
+/// docs/spec/rxe.md §3, §4).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxeDmaInfo {
@@ -224,7 +224,7 @@ pub struct RxeDmaInfo {
     pub reserved: u32,
 }
 
-/// `struct rxe_send_wqe` without its payload (208 B, reference §B.3). The
+/// `struct rxe_send_wqe` without its payload (208 B, docs/spec/rxe.md §3). The
 /// SGEs or the inline payload follow at [`SEND_PAYLOAD_OFFSET`].
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -284,7 +284,7 @@ impl RxeSendWqe {
     };
 }
 
-/// `struct rxe_recv_wqe` without its SGEs (40 B, reference §B.4). The SGEs
+/// `struct rxe_recv_wqe` without its SGEs (40 B, docs/spec/rxe.md §4). The SGEs
 /// follow at [`RECV_SGE_OFFSET`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -299,7 +299,7 @@ pub struct RxeRecvWqe {
     pub dma: RxeDmaInfo,
 }
 
-/// `struct ib_uverbs_wc` (48 B, reference §B.5): the start of every rxe
+/// `struct ib_uverbs_wc` (48 B, docs/spec/rxe.md §5): the start of every rxe
 /// CQ slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -336,7 +336,7 @@ pub struct RxeUverbsWc {
     pub reserved: u8,
 }
 
-// Reference §B.2: the 384-byte header, producer and consumer on their own
+// docs/spec/rxe.md §2: the 384-byte header, producer and consumer on their own
 // cache lines.
 const_assert_eq!(size_of::<RxeQueueHeader>(), HEADER_SIZE);
 const_assert_eq!(align_of::<RxeQueueHeader>(), 4);
@@ -344,7 +344,7 @@ const_assert_eq!(offset_of!(RxeQueueHeader, log2_elem_size), 0);
 const_assert_eq!(offset_of!(RxeQueueHeader, index_mask), 4);
 const_assert_eq!(offset_of!(RxeQueueHeader, producer_index), 128);
 const_assert_eq!(offset_of!(RxeQueueHeader, consumer_index), 256);
-// Reference §B.3: the send WR (144 B) and its union members.
+// docs/spec/rxe.md §3: the send WR (144 B) and its union members.
 const_assert_eq!(size_of::<RxeRdmaWr>(), 16);
 const_assert_eq!(size_of::<RxeAtomicWr>(), 32);
 const_assert_eq!(offset_of!(RxeAtomicWr, compare_add), 8);
@@ -364,7 +364,7 @@ const_assert_eq!(offset_of!(RxeSendWr, opcode), 12);
 const_assert_eq!(offset_of!(RxeSendWr, send_flags), 16);
 const_assert_eq!(offset_of!(RxeSendWr, ex), 20);
 const_assert_eq!(offset_of!(RxeSendWr, wr), 24);
-// Reference §B.3: the send WQE header (208 B).
+// docs/spec/rxe.md §3: the send WQE header (208 B).
 const_assert_eq!(size_of::<RxeDmaInfo>(), 24);
 const_assert_eq!(offset_of!(RxeDmaInfo, resid), 4);
 const_assert_eq!(offset_of!(RxeDmaInfo, cur_sge), 8);
@@ -380,16 +380,16 @@ const_assert_eq!(offset_of!(RxeSendWqe, mask), 160);
 const_assert_eq!(offset_of!(RxeSendWqe, first_psn), 164);
 const_assert_eq!(offset_of!(RxeSendWqe, has_rd_atomic), 180);
 const_assert_eq!(offset_of!(RxeSendWqe, dma), 184);
-// Reference §B.4: the receive WQE header (40 B).
+// docs/spec/rxe.md §4: the receive WQE header (40 B).
 const_assert_eq!(size_of::<RxeRecvWqe>(), 40);
 const_assert_eq!(offset_of!(RxeRecvWqe, reserved), 8);
 const_assert_eq!(offset_of!(RxeRecvWqe, padding), 12);
 const_assert_eq!(offset_of!(RxeRecvWqe, dma), 16);
-// `struct rxe_sge` = `ibv_sge` = the crate's `Sge` (§B.3).
+// `struct rxe_sge` = `ibv_sge` = the crate's `Sge` (docs/spec/rxe.md §3).
 const_assert_eq!(SGE_SIZE, 16);
 const_assert_eq!(offset_of!(Sge, length), 8);
 const_assert_eq!(offset_of!(Sge, lkey), 12);
-// Reference §B.5: `struct ib_uverbs_wc` (48 B).
+// docs/spec/rxe.md §5: `struct ib_uverbs_wc` (48 B).
 const_assert_eq!(size_of::<RxeUverbsWc>(), 48);
 const_assert_eq!(align_of::<RxeUverbsWc>(), 8);
 const_assert_eq!(offset_of!(RxeUverbsWc, status), 8);

@@ -1,18 +1,18 @@
 //! rxe (Soft-RoCE) user-mapped queues: the send queue, the receive queue
 //! and the completion queue as the kernel shares them with the process
-//! (reference part B).
+//! (docs/spec/rxe.md).
 //!
 //! Every rxe queue is one `mmap` of the uverbs command fd: a 384-byte
 //! header ([`layout::RxeQueueHeader`]: element size, index mask, producer
 //! and consumer indices on separate cache lines) followed by
-//! `index_mask + 1` elements of `1 << log2_elem_size` bytes (§B.2).
+//! `index_mask + 1` elements of `1 << log2_elem_size` bytes (docs/spec/rxe.md §2).
 //! Indices are stored masked. The side that produces owns the producer
 //! word, the other side the consumer word; each side loads the other's
 //! index with acquire and publishes its own with release.
 //!
 //! These types only format and decode the shared memory. Creating the
 //! queues (uverbs commands, `mmap`) and the send doorbell (an empty
-//! `POST_SEND` command, §B.6) belong to the caller: [`RxeSendQueue::post`]
+//! `POST_SEND` command, docs/spec/rxe.md §6) belong to the caller: [`RxeSendQueue::post`]
 //! says when that doorbell is due.
 //!
 //! The header and every index the kernel hands back are untrusted: the
@@ -38,7 +38,7 @@ use crate::sync::AtomicU32;
 use layout::{CONSUMER_OFFSET, HEADER_SIZE, LOG2_ELEM_MAX, MAX_SLOTS, PRODUCER_OFFSET};
 
 /// A validated view of one rxe queue mapping: header plus element array
-/// (reference §B.2).
+/// (docs/spec/rxe.md §2).
 ///
 /// The geometry (`log2_elem_size`, `index_mask`) is read once from the
 /// header at construction, checked, and never read again, so a later write
@@ -117,7 +117,7 @@ impl RxeQueue {
     }
 
     /// Elements the ring can hold at once: one slot always stays empty
-    /// (full is `(prod + 1) & mask == cons`, §B.2).
+    /// (full is `(prod + 1) & mask == cons`, docs/spec/rxe.md §2).
     #[inline]
     pub fn capacity(&self) -> u32 {
         self.mask

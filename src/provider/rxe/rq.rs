@@ -1,4 +1,4 @@
-//! The rxe receive queue (reference §B.2, §B.4); also an SRQ, which has
+//! The rxe receive queue (docs/spec/rxe.md §2, §4); also an SRQ, which has
 //! the same layout.
 //!
 //! The process produces, the kernel consumes when a receive completes.
@@ -15,7 +15,7 @@ use crate::error::{Error, PostError, Result};
 use crate::sync::Ordering;
 use crate::wr::{FailedWr, QpCaps, RecvWr, Sge};
 
-/// Element size an rxe receive queue needs for `caps` (reference §B.4):
+/// Element size an rxe receive queue needs for `caps` (docs/spec/rxe.md §4):
 /// `40 + 16 * max_recv_sge`.
 #[inline]
 pub const fn required_elem_size(caps: &QpCaps) -> u64 {
@@ -86,7 +86,7 @@ impl RxeRecvQueue {
     /// completed.
     #[inline]
     pub fn kernel_consumer(&self) -> u32 {
-        // Acquire: pairs with the kernel's release store (§B.2); its reads
+        // Acquire: pairs with the kernel's release store (docs/spec/rxe.md §2); its reads
         // of the WQEs before the index happen before we reuse the slots.
         self.q.consumer().load(Ordering::Acquire) & self.q.mask
     }
@@ -157,7 +157,7 @@ impl RxeRecvQueue {
         }
         if count != 0 {
             // Release: the WQE stores happen before the kernel sees the new
-            // index (it acquire-loads it, §B.2).
+            // index (it acquire-loads it, docs/spec/rxe.md §2).
             self.q.producer().store(prod, Ordering::Release);
             self.prod = prod;
             self.filled = self.filled.saturating_add(count as u32).min(self.q.slots());
@@ -182,7 +182,7 @@ impl RxeRecvQueue {
     }
 
     /// Decodes the receive WQE in `slot` (masked): first buffer and total
-    /// length (reference §B.4). Bounded by the element, never out of bounds.
+    /// length (docs/spec/rxe.md §4). Bounded by the element, never out of bounds.
     #[cold]
     pub fn describe(&self, slot: u32) -> FailedWr {
         let p = self.q.slot_ptr(slot);
@@ -236,7 +236,7 @@ impl RxeRecvQueue {
     }
 }
 
-/// Writes one checked receive WR at `slot` (reference §B.4).
+/// Writes one checked receive WR at `slot` (docs/spec/rxe.md §4).
 ///
 /// # Safety
 /// `slot` is a free, 8-aligned element with room for `wr.sges` after the

@@ -1,9 +1,9 @@
-//! The rxe send queue (reference §B.2, §B.3, §B.6).
+//! The rxe send queue (docs/spec/rxe.md §2, §3, §6).
 //!
 //! The process produces, the kernel consumes. A WQE is written in place
 //! (header at offset 0, SGEs or inline payload at 208), then the producer
 //! index is published with one release store per batch; the doorbell (an
-//! empty `POST_SEND` command, §B.6) is the caller's, once per non-empty
+//! empty `POST_SEND` command, docs/spec/rxe.md §6) is the caller's, once per non-empty
 //! batch. The kernel advances the consumer index only when a WQE
 //! *completes* (signaled or not), and uses the WQE memory as scratch until
 //! then, so a slot is reused only after the consumer index has passed it:
@@ -32,7 +32,7 @@ pub struct Posted {
     pub doorbell: bool,
 }
 
-/// Element size an rxe send queue needs for `caps` (reference §B.3):
+/// Element size an rxe send queue needs for `caps` (docs/spec/rxe.md §3):
 /// `208 + max(16 * max_send_sge, max_inline_data)`. The kernel rounds it up
 /// to a power of two.
 #[inline]
@@ -120,7 +120,7 @@ impl RxeSendQueue {
     #[inline]
     pub fn kernel_consumer(&self) -> u32 {
         // Acquire: pairs with the kernel's release store of the consumer
-        // index (§B.2), so its last writes into the WQEs before it (status,
+        // index (docs/spec/rxe.md §2), so its last writes into the WQEs before it (status,
         // PSNs, cursors) happen before anything we do with those slots.
         self.q.consumer().load(Ordering::Acquire) & self.q.mask
     }
@@ -233,7 +233,7 @@ impl RxeSendQueue {
         }
         if count != 0 {
             // Release: the WQE stores above happen before the kernel sees
-            // the new index (it acquire-loads it, §B.2).
+            // the new index (it acquire-loads it, docs/spec/rxe.md §2).
             self.q.producer().store(prod, Ordering::Release);
             self.prod = prod;
             self.doorbell_owed = true;
@@ -248,7 +248,7 @@ impl RxeSendQueue {
         }
     }
 
-    /// Writes one validated WR at `slot` (reference §B.3): the whole
+    /// Writes one validated WR at `slot` (docs/spec/rxe.md §3): the whole
     /// 208-byte header (clearing the kernel's scratch from the slot's last
     /// use), then the SGEs or the inline payload at offset 208.
     ///
@@ -322,7 +322,7 @@ impl RxeSendQueue {
             _ => {}
         }
         // The kernel takes the remote address of RDMA and atomics from
-        // `iova` (§B.3).
+        // `iova` (docs/spec/rxe.md §3).
         w.iova = wr.op.remote().map_or(0, |r| r.addr);
         let mut flags =
             wr.flags.0 & (send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED);
@@ -375,7 +375,7 @@ impl RxeSendQueue {
 
     /// Decodes the WQE in `slot` (masked) back into what was posted:
     /// opcode, first local buffer, total length, remote address and key
-    /// (reference §B.3). It reads only fields the kernel never writes
+    /// (docs/spec/rxe.md §3). It reads only fields the kernel never writes
     /// (`wr`, `dma.length`, `dma.num_sge`, the SGEs), so it is exact for a
     /// completed WQE until the slot is reused; a damaged slot yields
     /// garbage values, never an out-of-bounds read. `status` and
@@ -448,7 +448,7 @@ impl RxeSendQueue {
     /// The slot of the most recently completed WQE with `wr_id` that is
     /// still intact in the ring (completed WQEs stay until their slot is
     /// reused), for [`RxeSendQueue::describe`]. The kernel passes a WQE
-    /// with the consumer index just before it writes its CQE (§B.2), so
+    /// with the consumer index just before it writes its CQE (docs/spec/rxe.md §2), so
     /// calling this when polling an error completion, before posting more,
     /// finds the failed WQE if wr_ids are unique.
     #[cold]

@@ -1,7 +1,7 @@
 //! rxe queues against an in-memory stand-in for the kernel: a buffer laid
 //! out like the mapping, a header written as the kernel writes it, and a
 //! "kernel" that consumes WQEs (checking their bytes against the
-//! reference §B.3/§B.4 offsets, written out independently of the
+//! docs/spec/rxe.md §3/docs/spec/rxe.md §4 offsets, written out independently of the
 //! encoder), advances its indices and produces CQEs.
 
 use std::vec;
@@ -153,7 +153,7 @@ fn get64(v: &[u8], off: usize) -> u64 {
     u64::from_ne_bytes(v[off..off + 8].try_into().unwrap())
 }
 
-/// The bytes a send WQE must have, built from the reference §B.3 table
+/// The bytes a send WQE must have, built from the table in docs/spec/rxe.md §3
 /// (not from the encoder's structs): 208 header bytes, then the SGEs or
 /// the inline payload.
 fn expected_send(wr: &SendWr<'_>) -> Vec<u8> {
@@ -686,7 +686,7 @@ fn recv_wqe_bytes_full_and_wrap() {
     assert_eq!(seen, 1300);
 }
 
-/// A CQE image (reference §B.5 offsets).
+/// A CQE image (docs/spec/rxe.md §5 offsets).
 #[allow(clippy::too_many_arguments)]
 fn cqe(
     wr_id: u64,

@@ -1,4 +1,4 @@
-//! The siw completion queue (reference §C.1–C.3).
+//! The siw completion queue (docs/spec/siw.md §1–§3).
 //!
 //! The kernel writes a CQE into a slot whose flags are 0 and then sets
 //! VALID; the poller acquire-loads the flags word of slot `get & (n - 1)`,
@@ -15,7 +15,7 @@ use crate::sync::{AtomicU32, Ordering};
 
 const CQE: usize = core::mem::size_of::<SiwCqe>();
 
-/// `siw_wc_status` → `ibv_wc_status` (reference §C.2), indexed by the siw
+/// `siw_wc_status` → `ibv_wc_status` (docs/spec/siw.md §2), indexed by the siw
 /// value.
 const STATUS: [WcStatus; 10] = [
     WcStatus::SUCCESS,         // SUCCESS
@@ -37,7 +37,7 @@ const _: () = {
 };
 
 /// Decodes one CQE (already copied out of the ring, flags word included)
-/// into a [`Wc`] (reference §C.2).
+/// into a [`Wc`] (docs/spec/siw.md §2).
 ///
 /// - The status is translated from siw's numbering; an unknown value
 ///   becomes `GENERAL_ERR`. Every error carries the raw siw status in
@@ -154,7 +154,7 @@ impl SiwCq {
     }
 
     /// Requests an event for the next completion, or the next solicited
-    /// one (§C.3): stores SOLICITED (1) or SOLICITED | NEXT_COMPLETION (3)
+    /// one (docs/spec/siw.md §3): stores SOLICITED (1) or SOLICITED | NEXT_COMPLETION (3)
     /// into the control word. One-shot: the kernel clears it when it
     /// raises the event. Poll once more after arming, so a completion that
     /// raced the arm is not lost.
@@ -189,7 +189,7 @@ impl SiwCq {
         for w in out.iter_mut() {
             let flags_word = self.ring.flags(self.get);
             // Acquire: pairs with the kernel's store of VALID, made after
-            // it wrote the CQE's other fields (§C.3).
+            // it wrote the CQE's other fields (docs/spec/siw.md §3).
             let (flags, op, status) = cqe_word_fields(flags_word.load(Ordering::Acquire));
             if flags as u16 & wqe_flags::VALID == 0 {
                 break;

@@ -1,5 +1,5 @@
 //! Hand-written siw (soft-iWARP) layouts of the user-mapped queues
-//! (reference §C.1, §C.2), with compile-time size, alignment and offset
+//! (docs/spec/siw.md §1, §2), with compile-time size, alignment and offset
 //! checks. Every field is host-endian.
 //!
 //! Each element's `flags` shares an aligned 32-bit word with the bytes
@@ -29,10 +29,10 @@ pub const SQE_SGE_OFFSET: usize = offset_of!(SiwSqe, sge);
 pub const SQE_INLINE_OFFSET: usize = SQE_SGE_OFFSET + SGE_SIZE;
 /// Offset of the SGE array of an RQE.
 pub const RQE_SGE_OFFSET: usize = offset_of!(SiwRqe, sge);
-/// The mmap key that means "no mapping" (`SIW_INVAL_UOBJ_KEY`, §C.1).
+/// The mmap key that means "no mapping" (`SIW_INVAL_UOBJ_KEY`, docs/spec/siw.md §1).
 pub const INVALID_KEY: u64 = 0x09_0000;
 
-/// `enum siw_wqe_flags` (reference §C.2).
+/// `enum siw_wqe_flags` (docs/spec/siw.md §2).
 pub mod wqe_flags {
     /// The element belongs to the other side (posted / completed).
     pub const VALID: u16 = 0x01;
@@ -50,7 +50,7 @@ pub mod wqe_flags {
     pub const COMPLETED: u16 = 0x40;
 }
 
-/// `enum siw_opcode` (reference §C.2).
+/// `enum siw_opcode` (docs/spec/siw.md §2).
 pub mod opcode {
     /// RDMA WRITE.
     pub const WRITE: u8 = 0;
@@ -78,7 +78,7 @@ pub mod opcode {
     pub const REG_MR: u8 = 11;
 }
 
-/// `enum siw_wc_status` (reference §C.2); differs from `ibv_wc_status`.
+/// `enum siw_wc_status` (docs/spec/siw.md §2); differs from `ibv_wc_status`.
 pub mod wc_status {
     /// Success.
     pub const SUCCESS: u16 = 0;
@@ -102,7 +102,7 @@ pub mod wc_status {
     pub const GENERAL_ERR: u16 = 9;
 }
 
-/// `enum siw_notify_flags`: the `siw_cq_ctrl.flags` values (§C.3).
+/// `enum siw_notify_flags`: the `siw_cq_ctrl.flags` values (docs/spec/siw.md §3).
 pub mod notify {
     /// Not armed.
     pub const NOT: u32 = 0;
@@ -126,7 +126,7 @@ pub struct SiwSge {
     pub lkey: u32,
 }
 
-/// `struct siw_sqe` (120 B, reference §C.2).
+/// `struct siw_sqe` (120 B, docs/spec/siw.md §2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiwSqe {
@@ -147,7 +147,7 @@ pub struct SiwSqe {
     pub sge: [SiwSge; MAX_SGE],
 }
 
-/// `struct siw_rqe` (112 B, reference §C.2).
+/// `struct siw_rqe` (112 B, docs/spec/siw.md §2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiwRqe {
@@ -165,7 +165,7 @@ pub struct SiwRqe {
     pub sge: [SiwSge; MAX_SGE],
 }
 
-/// `struct siw_cqe` (32 B, reference §C.2).
+/// `struct siw_cqe` (32 B, docs/spec/siw.md §2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiwCqe {
@@ -186,7 +186,7 @@ pub struct SiwCqe {
     pub qp_id: u64,
 }
 
-/// `struct siw_cq_ctrl` (8 B), right after the last CQE (§C.1, §C.3).
+/// `struct siw_cq_ctrl` (8 B), right after the last CQE (docs/spec/siw.md §1, §3).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SiwCqCtrl {
@@ -225,14 +225,14 @@ pub const fn cqe_word_fields(w: u32) -> (u8, u8, u16) {
     (b[0], b[1], u16::from_ne_bytes([b[2], b[3]]))
 }
 
-// Reference §C.2: `struct siw_sge`, identical to `ibv_sge` and `Sge`.
+// docs/spec/siw.md §2: `struct siw_sge`, identical to `ibv_sge` and `Sge`.
 const_assert_eq!(size_of::<SiwSge>(), 16);
 const_assert_eq!(offset_of!(SiwSge, length), 8);
 const_assert_eq!(offset_of!(SiwSge, lkey), 12);
 const_assert_eq!(size_of::<Sge>(), size_of::<SiwSge>());
 const_assert_eq!(offset_of!(Sge, length), offset_of!(SiwSge, length));
 const_assert_eq!(offset_of!(Sge, lkey), offset_of!(SiwSge, lkey));
-// Reference §C.2: `struct siw_sqe` (120 B).
+// docs/spec/siw.md §2: `struct siw_sqe` (120 B).
 const_assert_eq!(size_of::<SiwSqe>(), 120);
 const_assert_eq!(align_of::<SiwSqe>(), 8);
 const_assert_eq!(offset_of!(SiwSqe, flags), FLAGS_WORD_OFFSET);
@@ -244,7 +244,7 @@ const_assert_eq!(offset_of!(SiwSqe, sge), 24);
 const_assert_eq!(SQE_INLINE_OFFSET, 40);
 const_assert_eq!(MAX_INLINE, 80);
 const_assert_eq!(SQE_INLINE_OFFSET + MAX_INLINE, size_of::<SiwSqe>());
-// Reference §C.2: `struct siw_rqe` (112 B).
+// docs/spec/siw.md §2: `struct siw_rqe` (112 B).
 const_assert_eq!(size_of::<SiwRqe>(), 112);
 const_assert_eq!(align_of::<SiwRqe>(), 8);
 const_assert_eq!(offset_of!(SiwRqe, flags), FLAGS_WORD_OFFSET);
@@ -252,7 +252,7 @@ const_assert_eq!(offset_of!(SiwRqe, num_sge), 10);
 const_assert_eq!(offset_of!(SiwRqe, opcode), 11);
 const_assert_eq!(offset_of!(SiwRqe, unused), 12);
 const_assert_eq!(offset_of!(SiwRqe, sge), 16);
-// Reference §C.2: `struct siw_cqe` (32 B).
+// docs/spec/siw.md §2: `struct siw_cqe` (32 B).
 const_assert_eq!(size_of::<SiwCqe>(), 32);
 const_assert_eq!(align_of::<SiwCqe>(), 8);
 const_assert_eq!(offset_of!(SiwCqe, flags), FLAGS_WORD_OFFSET);
@@ -261,7 +261,7 @@ const_assert_eq!(offset_of!(SiwCqe, status), 10);
 const_assert_eq!(offset_of!(SiwCqe, bytes), 12);
 const_assert_eq!(offset_of!(SiwCqe, imm_data), 16);
 const_assert_eq!(offset_of!(SiwCqe, qp_id), 24);
-// Reference §C.1, §C.3: `struct siw_cq_ctrl` (8 B).
+// docs/spec/siw.md §1, §3: `struct siw_cq_ctrl` (8 B).
 const_assert_eq!(size_of::<SiwCqCtrl>(), 8);
 const_assert_eq!(offset_of!(SiwCqCtrl, flags), 0);
 // Every element size keeps the flags word 4-aligned and the 64-bit

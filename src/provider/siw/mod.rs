@@ -1,9 +1,9 @@
 //! siw (soft-iWARP) user-mapped queues: the send queue, the receive queue
 //! and the completion queue as the kernel shares them with the process
-//! (reference part C).
+//! (docs/spec/siw.md).
 //!
 //! siw shares no indices. Each element carries a `flags` word whose VALID
-//! bit says who owns it (§C.3): the producer fills an element whose flags
+//! bit says who owns it (docs/spec/siw.md §3): the producer fills an element whose flags
 //! are 0 and stores the flags last, with release; the consumer
 //! acquire-loads the flags, copies the element, and hands it back by
 //! storing 0. Both sides keep private free-running `u32` counters; the
@@ -11,7 +11,7 @@
 //! the create response (a power of two).
 //!
 //! Creating the queues and the send doorbell (an empty `POST_SEND`
-//! command, §C.4) belong to the caller: [`SiwSendQueue::post`] says when
+//! command, docs/spec/siw.md §4) belong to the caller: [`SiwSendQueue::post`] says when
 //! that doorbell is due.
 
 pub mod cq;

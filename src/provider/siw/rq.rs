@@ -1,4 +1,4 @@
-//! The siw receive queue (reference §C.2, §C.3); also an SRQ, which has
+//! The siw receive queue (docs/spec/siw.md §2, §3); also an SRQ, which has
 //! the same layout. No doorbell: the kernel looks for a VALID RQE when a
 //! message arrives.
 
@@ -114,7 +114,7 @@ impl SiwRecvQueue {
                 break;
             }
             // Acquire: pairs with the kernel's store clearing the flags
-            // once it has taken the RQE (§C.3); its reads happen before our
+            // once it has taken the RQE (docs/spec/siw.md §3); its reads happen before our
             // writes.
             if self.posted(put, Ordering::Acquire) {
                 failed = Some(PostError {

@@ -1,11 +1,11 @@
-//! The siw send queue (reference §C.2–C.4).
+//! The siw send queue (docs/spec/siw.md §2–§4).
 //!
 //! An SQE may be written when its `flags` are 0; it is published by one
 //! release store of its flags word with VALID set. The kernel copies the
 //! SQE into private memory and clears `flags` when it *picks it up*,
 //! before the operation completes, so a free slot says nothing about
 //! completion. The doorbell (an empty `POST_SEND` command) is needed only
-//! when the kernel's transmitter may be idle (§C.4).
+//! when the kernel's transmitter may be idle (docs/spec/siw.md §4).
 
 use core::ptr;
 
@@ -26,7 +26,7 @@ const SQE: usize = core::mem::size_of::<SiwSqe>();
 pub struct Posted {
     /// WRs written and published by this call.
     pub count: usize,
-    /// The caller must ring the doorbell now (§C.4). It covers this call's
+    /// The caller must ring the doorbell now (docs/spec/siw.md §4). It covers this call's
     /// WRs and any earlier ones whose doorbell is still owed (see
     /// [`SiwSendQueue::take_doorbell`]).
     pub doorbell: bool,
@@ -191,7 +191,7 @@ impl SiwSendQueue {
             .count() as u32
     }
 
-    /// Validates one WR against the crate's rules and siw's (§C.2): no
+    /// Validates one WR against the crate's rules and siw's (docs/spec/siw.md §2): no
     /// immediate data, no atomics, no NOP ([`Error::Unsupported`]); inline
     /// only on SEND and WRITE ([`Error::InlineNotAllowed`]), at most 80
     /// bytes; READ with exactly one SGE and without FENCE
@@ -200,7 +200,7 @@ impl SiwSendQueue {
     fn plan(&self, wr: &SendWr<'_>) -> Result<Plan> {
         let (op, rkey, raddr) = match wr.op {
             SendOp::Send => (opcode::SEND, 0, 0),
-            // The kernel takes the STag to invalidate from `rkey` (§C.2).
+            // The kernel takes the STag to invalidate from `rkey` (docs/spec/siw.md §2).
             SendOp::SendInv { rkey } => (opcode::SEND_REMOTE_INV, rkey, 0),
             SendOp::Write { remote } => (opcode::WRITE, remote.rkey, remote.addr),
             SendOp::Read { remote } => (opcode::READ, remote.rkey, remote.addr),
@@ -209,7 +209,7 @@ impl SiwSendQueue {
             | SendOp::CompareSwap { .. }
             | SendOp::FetchAdd { .. }
             | SendOp::Nop
-            // siw has no memory windows (reference §C.2).
+            // siw has no memory windows (docs/spec/siw.md §2).
             | SendOp::BindMw(_)
             | SendOp::LocalInv { .. } => return Err(Error::Unsupported),
         };
@@ -222,7 +222,7 @@ impl SiwSendQueue {
             flags |= wqe_flags::SOLICITED;
         }
         if wr.flags.contains(SendFlags::FENCE) {
-            // The kernel refuses a fenced READ (§C.2).
+            // The kernel refuses a fenced READ (docs/spec/siw.md §2).
             if op == opcode::READ {
                 return Err(Error::Unsupported);
             }
@@ -267,7 +267,7 @@ impl SiwSendQueue {
     /// is written, and the error carries its index.
     ///
     /// On success, [`Posted::doorbell`] says whether the caller must ring
-    /// the doorbell now (§C.4): when the SQE just before the first one
+    /// the doorbell now (docs/spec/siw.md §4): when the SQE just before the first one
     /// posted here has already been picked up by the kernel (its
     /// transmitter may be idle), when this call filled the whole SQ, or
     /// when an earlier doorbell is still owed. After an error, call
@@ -289,7 +289,7 @@ impl SiwSendQueue {
                 }
             };
             // Acquire: pairs with the kernel's store clearing `flags` when
-            // it copied the SQE (§C.3); its reads of the old contents
+            // it copied the SQE (docs/spec/siw.md §3); its reads of the old contents
             // happen before our writes below.
             if self.posted(put, Ordering::Acquire) {
                 failed = Some(PostError {
@@ -304,7 +304,7 @@ impl SiwSendQueue {
             // forwarded.
             unsafe { write_sqe(slot, wr, &plan) };
             // Release: the SQE's fields are written before the kernel can
-            // see VALID (it reads them after loading the flags, §C.3).
+            // see VALID (it reads them after loading the flags, docs/spec/siw.md §3).
             self.ring.flags(put).store(
                 wqe_word(plan.flags, plan.num_sge, plan.opcode),
                 Ordering::Release,
@@ -328,7 +328,7 @@ impl SiwSendQueue {
         }
     }
 
-    /// The §C.4 rule for `count` SQEs just posted from counter `first`:
+    /// The docs/spec/siw.md §4 rule for `count` SQEs just posted from counter `first`:
     /// ring if they refilled the whole SQ, or if the SQE before `first` has
     /// already been picked up (the kernel's transmitter may have gone idle
     /// before it saw ours). If that SQE is still VALID, the transmitter
@@ -350,7 +350,7 @@ impl SiwSendQueue {
         !self.posted(first.wrapping_sub(1), Ordering::Relaxed)
     }
 
-    /// Decodes the SQE in `slot` (masked) back into what was posted (§C.2).
+    /// Decodes the SQE in `slot` (masked) back into what was posted (docs/spec/siw.md §2).
     /// The kernel clears only the flags of a slot it picked up, so the rest
     /// stays exact until the slot is reused — which may happen as soon as
     /// it is picked up, before the WR completes. Once the flags are
@@ -431,7 +431,7 @@ impl SiwSendQueue {
     }
 }
 
-/// Writes every field of an SQE except its flags word (§C.2).
+/// Writes every field of an SQE except its flags word (docs/spec/siw.md §2).
 ///
 /// # Safety
 /// `slot` is a free (flags 0), 8-aligned SQE of the mapping; `wr` passed

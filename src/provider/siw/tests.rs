@@ -1,6 +1,6 @@
 //! siw queues against an in-memory stand-in for the kernel: buffers laid
 //! out like the mappings, and a "kernel" that picks up VALID elements
-//! (checking their bytes against the reference §C.2 offsets, written out
+//! (checking their bytes against the offsets in docs/spec/siw.md §2, written out
 //! independently of the encoder), clears their flags, and produces CQEs.
 
 use std::vec;
@@ -187,7 +187,7 @@ fn sq(f: &Fake, c: QpCaps, sig_all: bool) -> SiwSendQueue {
     unsafe { SiwSendQueue::new(f.ptr(), f.len(), f.n, c, sig_all) }.unwrap()
 }
 
-/// Checks an SQE image against the reference §C.2 table for `wr`.
+/// Checks an SQE image against the table in docs/spec/siw.md §2 for `wr`.
 fn check_sqe(img: &[u8], wr: &SendWr<'_>, sig_all: bool) {
     assert_eq!(get64(img, 0), wr.wr_id, "id");
     let (op, rkey, raddr) = match wr.op {

@@ -30,8 +30,8 @@ static_assertions::const_assert_eq!(size_of::<CqResp<k::siw_uresp_create_cq>>(),
 /// A CQ created with the kernel's CREATE_CQ on the context's command fd,
 /// its ring mapped. Dropping it unmaps the ring and destroys the CQ.
 ///
-/// The ring format is the provider codec's business (rxe §B.5, siw §C.2,
-/// §C.3); this type only creates, maps, arms (rxe) and destroys.
+/// The ring format is the provider codec's business (rxe docs/spec/rxe.md §5, siw docs/spec/siw.md §2,
+/// docs/spec/siw.md §3); this type only creates, maps, arms (rxe) and destroys.
 pub struct UverbsCq {
     pub(super) fd: i32,
     pub(super) kind: Kind,
@@ -175,12 +175,12 @@ impl UverbsCq {
 
     /// Arms an rxe CQ (REQ_NOTIFY_CQ): the next completion (or, with
     /// `solicited_only`, the next solicited one) raises one event on the
-    /// completion channel. rxe has no other way to arm (§B.5).
+    /// completion channel. rxe has no other way to arm (docs/spec/rxe.md §5).
     ///
     /// siw is [`Error::Unsupported`], without a system call: its kernel
     /// refuses the command (EOPNOTSUPP, seen on 6.1). A siw CQ is armed in
     /// shared memory instead, by the codec: the `siw_cq_ctrl` word right
-    /// after the last CQE (byte `slots * 32` of [`UverbsCq::ring`]; §C.3).
+    /// after the last CQE (byte `slots * 32` of [`UverbsCq::ring`]; docs/spec/siw.md §3).
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         if self.kind == Kind::Siw {
             return Err(Error::Unsupported);
@@ -222,7 +222,7 @@ impl Drop for UverbsCq {
     }
 }
 
-/// CREATE_CQ with the driver response `D` (no driver input, §F).
+/// CREATE_CQ with the driver response `D` (no driver input, docs/spec/kernels.md).
 fn create_cq_cmd<D>(
     fd: i32,
     entries: u32,

@@ -16,10 +16,10 @@ const SIW_VENDOR_ID: u32 = 0x0062_6d74;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Soft-RoCE (`rdma_rxe`): rings with a 384-byte index header
-    /// (reference §B).
+    /// (docs/spec/rxe.md).
     Rxe,
     /// Soft-iWARP (`siw`): rings of elements with a valid flag each
-    /// (reference §C).
+    /// (docs/spec/siw.md).
     Siw,
 }
 

@@ -9,10 +9,10 @@ use crate::sys::uverbs as k;
 use k::ib_uverbs_write_cmds as cmd;
 
 // ---------------------------------------------------------------------------
-// Layout checks (reference §B.1, §B.2, §B.6, §C.1, §C.2, §F).
+// Layout checks (docs/spec/rxe.md §1, §2, §6, docs/spec/siw.md §1, §2, docs/spec/kernels.md).
 
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_cmd_hdr>(), 8);
-// §F: bytes written per command, header included.
+// docs/spec/kernels.md: bytes written per command, header included.
 static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_create_cq>>(), 40);
 static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_create_qp>>(), 64);
 static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_modify_qp>>(), 120);
@@ -25,7 +25,7 @@ static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_create_comp_chann
 // as part of the body).
 static_assertions::const_assert_eq!(offset_of!(Cmd<k::ib_uverbs_create_cq>, body), 8);
 static_assertions::const_assert_eq!(offset_of!(Cmd<k::ib_uverbs_req_notify_cq>, body), 8);
-// Command numbers the reference names (§B.6: the doorbell is 28).
+// Command numbers the reference names (docs/spec/rxe.md §6: the doorbell is 28).
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL, 17);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_CREATE_CQ, 18);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_DESTROY_CQ, 20);
@@ -34,7 +34,7 @@ static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_CREATE_QP, 24);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_MODIFY_QP, 26);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_DESTROY_QP, 27);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_POST_SEND, 28);
-// Core responses; the driver's response follows them (§F: +8, +32).
+// Core responses; the driver's response follows them (docs/spec/kernels.md: +8, +32).
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_create_cq_resp>(), 8);
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_create_qp_resp>(), 32);
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_post_send_resp>(), 4);
@@ -43,7 +43,7 @@ static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_destroy_qp_resp>(), 4
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_async_event_desc>(), 16);
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_comp_event_desc>(), 8);
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_qp_dest>(), 32);
-// rxe (§B.1, §B.2).
+// rxe (docs/spec/rxe.md §1, §2).
 static_assertions::const_assert_eq!(size_of::<k::mminfo>(), 16);
 static_assertions::const_assert_eq!(size_of::<k::rxe_create_cq_resp>(), 16);
 static_assertions::const_assert_eq!(size_of::<k::rxe_create_qp_resp>(), 32);
@@ -51,7 +51,7 @@ static_assertions::const_assert_eq!(size_of::<k::rxe_queue_buf>(), RXE_DATA_OFFS
 static_assertions::const_assert_eq!(offset_of!(k::rxe_queue_buf, index_mask), 4);
 static_assertions::const_assert_eq!(offset_of!(k::rxe_queue_buf, producer_index), 128);
 static_assertions::const_assert_eq!(offset_of!(k::rxe_queue_buf, consumer_index), 256);
-// siw (§C.1, §C.2).
+// siw (docs/spec/siw.md §1, §2).
 static_assertions::const_assert_eq!(size_of::<k::siw_uresp_create_cq>(), 16);
 static_assertions::const_assert_eq!(size_of::<k::siw_uresp_create_qp>(), 32);
 static_assertions::const_assert_eq!(offset_of!(k::siw_uresp_create_qp, sq_key), 16);
@@ -60,12 +60,12 @@ static_assertions::const_assert_eq!(size_of::<k::siw_rqe>(), 112);
 static_assertions::const_assert_eq!(size_of::<k::siw_cqe>(), 32);
 static_assertions::const_assert_eq!(size_of::<k::siw_cq_ctrl>(), 8);
 
-/// Where the slots start in an rxe ring (`struct rxe_queue_buf`, §B.2).
+/// Where the slots start in an rxe ring (`struct rxe_queue_buf`, docs/spec/rxe.md §2).
 pub const RXE_DATA_OFFSET: usize = 384;
 
 /// `wqe_size` of the empty POST_SEND: `sizeof(struct ibv_send_wr)`, as
 /// rdma-core sends; the kernel refuses anything below
-/// `sizeof(struct ib_uverbs_send_wr)` (56) on newer kernels (§B.6).
+/// `sizeof(struct ib_uverbs_send_wr)` (56) on newer kernels (docs/spec/rxe.md §6).
 pub(super) const DOORBELL_WQE_SIZE: u32 = 128;
 
 /// `IB_UVERBS_QPT_RC`.

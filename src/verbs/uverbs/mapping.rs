@@ -125,7 +125,7 @@ impl Ring {
 
     /// Maps an rxe queue (`mminfo` from the driver response) and checks
     /// its header: the kernel wrote it, so it is validated before anyone
-    /// indexes with it (§B.2).
+    /// indexes with it (docs/spec/rxe.md §2).
     pub(super) fn map_rxe(fd: i32, mi: &k::mminfo) -> Result<Ring> {
         let map = Mapping::new(fd, mi.offset, mi.size as usize)?;
         let log2 = map.read_u32(0).ok_or(Error::InvalidGeometry)?;
@@ -152,7 +152,7 @@ impl Ring {
 
     /// Maps a siw queue of `num` elements of `elem` bytes plus `extra`
     /// trailing bytes at `key`; the length rounds up to whole pages, as
-    /// the driver requires (§F).
+    /// the driver requires (docs/spec/kernels.md).
     pub(super) fn map_siw(fd: i32, key: u64, num: u32, elem: usize, extra: usize) -> Result<Ring> {
         if num == 0 || !num.is_power_of_two() || key == u64::from(k::SIW_INVAL_UOBJ_KEY) {
             return Err(Error::InvalidGeometry);

@@ -8,7 +8,7 @@
 //! them to the provider codecs. The PD and the MRs still come from
 //! libibverbs: their kernel handles and keys are public (`ibv_pd.handle`,
 //! `ibv_mr.lkey`/`rkey`), and the kernel accepts them for these objects
-//! because they live in the same context (reference §F).
+//! because they live in the same context (docs/spec/kernels.md).
 //!
 //! What is here:
 //! * [`UverbsCq`]: CREATE_CQ, the ring mapping (rxe: the driver's `mminfo`;
@@ -45,9 +45,9 @@
 //!   are mapped here and nowhere else.
 //!
 //! Command numbers, sizes, word counts and response placement follow
-//! reference §F (checked on Debian's 6.1 and 6.12 kernels); the layouts come
+//! docs/spec/kernels.md (checked on Debian's 6.1 and 6.12 kernels); the layouts come
 //! from the kernel UAPI headers through bindgen ([`crate::sys::uverbs`]),
-//! with static assertions of the sizes §B, §C and §F state.
+//! with static assertions of the sizes docs/spec/rxe.md, docs/spec/siw.md and docs/spec/kernels.md state.
 //!
 //! [`QpModify`]: crate::attr::QpModify
 

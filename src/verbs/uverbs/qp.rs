@@ -268,7 +268,7 @@ impl UverbsQp {
 
     /// The capabilities the kernel reported (core CREATE_QP response). On
     /// rxe these echo the request on 6.1; the rings' real sizes are in
-    /// [`UverbsQp::sq`] and [`UverbsQp::rq`] (§F).
+    /// [`UverbsQp::sq`] and [`UverbsQp::rq`] (docs/spec/kernels.md).
     pub fn caps(&self) -> QpInit {
         self.caps
     }
@@ -321,7 +321,7 @@ impl UverbsQp {
 
     /// MODIFY_QP with exactly `attr` and `mask` (`IBV_QP_*` bits, the
     /// kernel's `IB_QP_*` numbering), e.g. what `rdma_init_qp_attr`
-    /// returned (the siw flow, §F step 4).
+    /// returned (the siw flow, docs/spec/kernels.md step 4).
     pub fn modify_raw(&self, attr: &ibv::ibv_qp_attr, mask: u32) -> Result<()> {
         if mask & ibv::ibv_qp_attr_mask::IBV_QP_RATE_LIMIT.0 != 0 {
             // The legacy MODIFY_QP command has no rate-limit field (only
@@ -396,7 +396,7 @@ impl UverbsQp {
         })
     }
 
-    /// Rings the doorbell: the empty POST_SEND (§B.6, §C.4), prepared at
+    /// Rings the doorbell: the empty POST_SEND (docs/spec/rxe.md §6, docs/spec/siw.md §4), prepared at
     /// creation, so this is one `write()` and allocates nothing. Publish the
     /// WQEs first (rxe: release-store the producer index; siw: set VALID
     /// with release); one doorbell covers any number of them.

@@ -9,7 +9,7 @@ use crate::mmio;
 use crate::provider::mlx5::completion::{wc_flags, QpState, Retired, Wc, WcOpcode, WcStatus};
 use crate::provider::mlx5::layout::{cqe_format, cqe_opcode, opcode, Cqe64};
 
-/// Requester completion per mlx5 WQE opcode (reference §A.8): bits 0..7
+/// Requester completion per mlx5 WQE opcode (docs/spec/mlx5.md §8): bits 0..7
 /// the `ibv_wc_opcode`, 8..15 `wc_flags`, bit 16 ([`REQ_BYTE_CNT`]) "the
 /// byte length is the CQE's byte count", bits 24..31 a fixed byte length
 /// (8 for atomics). NOP and unknown opcodes complete as SEND.
@@ -346,7 +346,7 @@ impl CompletionQueue {
         Ok(Step::Out(wc))
     }
 
-    /// Scatter-to-CQE (§A.8): format 1 holds up to 32 bytes at the start
+    /// Scatter-to-CQE (docs/spec/mlx5.md §8): format 1 holds up to 32 bytes at the start
     /// of the 64-byte CQE; format 2 up to 64 bytes in the 64 bytes before
     /// it (128-byte CQEs only).
     #[cold]

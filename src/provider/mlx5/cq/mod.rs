@@ -1,4 +1,4 @@
-//! mlx5 completion-queue polling (reference §A.8, §A.9).
+//! mlx5 completion-queue polling (docs/spec/mlx5.md §8, §9).
 //!
 //! A CQE is device-written memory: the poller loads the ownership byte
 //! once (acquire), issues the from-device barrier, copies the entry once
@@ -88,7 +88,7 @@ impl CompletionQueue {
     }
 
     /// Marks every entry of a CQ buffer as hardware-owned and invalid
-    /// (`op_own = 0xf0`), as libmlx5 does at creation (§A.8).
+    /// (`op_own = 0xf0`), as libmlx5 does at creation (docs/spec/mlx5.md §8).
     ///
     /// # Safety
     /// `buf` valid for `cnt * size` bytes, no concurrent users.
@@ -123,14 +123,14 @@ impl CompletionQueue {
     }
 
     /// CQEs skipped because they named a QP the route did not own (stale
-    /// entries of destroyed QPs, reference §A.1).
+    /// entries of destroyed QPs, docs/spec/mlx5.md §1).
     pub fn stale_cqes(&self) -> u64 {
         self.stale
     }
 
     /// Requests an event for the next completion (or the next solicited
     /// one): arm word into the doorbell record, then a 64-bit store to the
-    /// UAR's CQ doorbell (§A.8). Fails if the CQ has no UAR.
+    /// UAR's CQ doorbell (docs/spec/mlx5.md §8). Fails if the CQ has no UAR.
     pub fn arm(&mut self, solicited_only: bool) -> Result<()> {
         let uar = self.uar.ok_or(Error::InvalidGeometry)?;
         let sn = self.arm_sn & 3;

@@ -217,7 +217,7 @@ impl CompletionQueue {
         }
     }
 
-    /// Owner-bit test (§A.8): the entry at `ci` belongs to software, with
+    /// Owner-bit test (docs/spec/mlx5.md §8): the entry at `ci` belongs to software, with
     /// its `op_own` byte; `None` if hardware still owns it.
     #[inline(always)]
     fn owned(&self, cqe_ptr: *const u8, ci: u32) -> Option<u8> {

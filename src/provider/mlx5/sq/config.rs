@@ -1,6 +1,6 @@
 //! The send queue's configuration and its per-BB side-table entry.
 
-/// When to use BlueFlame instead of the 8-byte doorbell (reference §A.7).
+/// When to use BlueFlame instead of the 8-byte doorbell (docs/spec/mlx5.md §7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BfPolicy {
     /// Never copy WQEs; always the 8-byte doorbell (`MLX5_SHUT_UP_BF=1`).
@@ -14,7 +14,7 @@ pub enum BfPolicy {
     SingleInlineWqe,
 }
 
-/// Per-BB side-table entry (reference §A.9), written at post time and read
+/// Per-BB side-table entry (docs/spec/mlx5.md §9), written at post time and read
 /// when a completion names the WQE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]

@@ -105,7 +105,7 @@ impl SendQueue {
     /// If the run of unsignaled work since the last CQE request has grown
     /// past the guard, the last WQE is made to request a CQE first (it has
     /// not been published yet), so the SQ can never fill with work that
-    /// nothing will retire (§A.9). That CQE is consumed by the poller and
+    /// nothing will retire (docs/spec/mlx5.md §9). That CQE is consumed by the poller and
     /// not reported.
     #[inline(always)]
     pub fn ring(&mut self) {
@@ -171,7 +171,7 @@ impl SendQueue {
         } else {
             0
         };
-        // DS in 2..=bf_size/16 (a DS-1 WQE is never copied, §A.7).
+        // DS in 2..=bf_size/16 (a DS-1 WQE is never copied, docs/spec/mlx5.md §7).
         if single && bf_ds.wrapping_sub(2) < self.bf_ds_limit {
             // SAFETY: dbrec/reg/ring validity from the constructor contract;
             // the WQE's BBs are inside the ring modulo mask.

@@ -1,5 +1,5 @@
-//! The mlx5 send queue: WQE formatting straight into the ring (reference
-//! §A.2–A.5), doorbells (§A.7) and send-queue accounting (§A.9).
+//! The mlx5 send queue: WQE formatting straight into the ring
+//! (docs/spec/mlx5.md §2–§5), doorbells (docs/spec/mlx5.md §7) and send-queue accounting (docs/spec/mlx5.md §9).
 //!
 //! The producer counter `pi` counts 64-byte basic blocks (BBs) and runs
 //! free; the WQE index written into the control segment and the doorbell
@@ -122,7 +122,7 @@ const fn max_ds(caps: &QpCaps) -> u32 {
 }
 
 /// `fm_ce_se` for each combination of `IBV_SEND_FENCE` (1), `SIGNALED`
-/// (2) and `SOLICITED` (4) (reference §A.3); the INLINE bit (8) is ignored.
+/// (2) and `SOLICITED` (4) (docs/spec/mlx5.md §3); the INLINE bit (8) is ignored.
 const FM_CE_SE: [u8; 16] = {
     let mut t = [0u8; 16];
     let mut f = 0;
@@ -229,7 +229,7 @@ impl SendQueue {
             last_signaled_end: 0,
             // The unsignaled run that remains after a doorbell is below
             // `guard`, so with no CQE pending at least `cnt - guard + 1 >
-            // max_nbb` BBs are free: the largest WQE always fits (§A.9).
+            // max_nbb` BBs are free: the largest WQE always fits (docs/spec/mlx5.md §9).
             guard: (cnt / 2).min(cnt - max_nbb).max(1),
             forced: 0,
             // SAFETY: the record has two words (contract); SND_DBR = 1.
@@ -306,7 +306,7 @@ impl SendQueue {
     }
 
     /// Resets the counters to `pi` with nothing outstanding, as after the
-    /// QP moved through RESET (reference §A.7, "QP reset"). Pending
+    /// QP moved through RESET (docs/spec/mlx5.md §7, "QP reset"). Pending
     /// (un-rung) WQEs are dropped.
     pub fn reset_counters(&mut self, pi: u32) {
         self.pi = pi;

@@ -52,7 +52,7 @@ impl SendQueue {
     }
 
     /// Decodes the WQE at BB `start` (still in the ring) into the fields
-    /// of a [`crate::wr::FailedWr`] (reference §A.3–A.5). Everything read is
+    /// of a [`crate::wr::FailedWr`] (docs/spec/mlx5.md §3–§5). Everything read is
     /// bounded by the ring mask, so a damaged WQE yields garbage values,
     /// never an out-of-bounds read.
     #[cold]

@@ -324,7 +324,7 @@ impl SendQueue {
                     a.add(1).write(compare.to_be());
                 }
                 // Only swap_add is written; `compare` is left as it was
-                // (libmlx5 does the same, reference §A.3).
+                // (libmlx5 does the same, docs/spec/mlx5.md §3).
                 SendOp::FetchAdd { add, .. } => base.add(32).cast::<u64>().write(add.to_be()),
                 _ => {}
             }
@@ -365,7 +365,7 @@ impl SendQueue {
     }
 
     /// Writes an inline segment (header + payload) starting at `hdr`; the
-    /// payload may wrap at the ring end at any byte (§A.2). Padding after
+    /// payload may wrap at the ring end at any byte (docs/spec/mlx5.md §2). Padding after
     /// the payload is not written.
     #[inline]
     fn write_inline(&self, hdr: *mut u8, len: u32, pieces: &[&[u8]]) {
