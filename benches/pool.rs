@@ -1,5 +1,5 @@
 //! The pre-registered buffer pool against registering a fresh MR per
-//! buffer (issue 9, item 1), on the software HCA or, with the `verbs`
+//! buffer, on the software HCA or, with the `verbs`
 //! feature, on a kernel RDMA device (rxe, siw, mlx5).
 //!
 //! Usage:

@@ -1,4 +1,4 @@
-//! What revoking a peer's rkey costs (issue 9): a type-2 memory window
+//! What revoking a peer's rkey costs: a type-2 memory window
 //! invalidated and bound again against a registration of its own
 //! registered and deregistered again, on a kernel device with windows
 //! (rxe). `docs/benchmarks.md` ("Revocation: memory windows against

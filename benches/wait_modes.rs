@@ -1,4 +1,4 @@
-//! What each completion-waiting mode costs (issue 8, measurements):
+//! What each completion-waiting mode costs:
 //! CPU time burnt while idle, and ping-pong latency at a low and a high
 //! message rate, for busy-poll, event and adaptive waiting.
 //!

@@ -1,5 +1,4 @@
-//! Least-privilege, revocable exposure of memory to peers (issue 9, parts
-//! 2 and 3).
+//! Least-privilege, revocable exposure of memory to peers.
 //!
 //! An rkey handed to a peer stays valid until someone revokes it: a peer
 //! that disconnected (or was never meant to keep access) could still read

@@ -1,4 +1,4 @@
-//! The CQ sizing guard (issue 8, part 1): a QP is refused with
+//! The CQ sizing guard: a QP is refused with
 //! `Error::CqTooSmall` when the worst case of completions its queues could
 //! put on a CQ (every WR they can hold, e.g. all flushed at once), added to
 //! what the CQ's other QPs could, exceeds the CQ's depth. The opt-out

@@ -1,5 +1,5 @@
 //! Waiting for completions on the software device: busy-poll, event and
-//! adaptive modes, each with a timeout (issue 8, part 2).
+//! adaptive modes, each with a timeout.
 //!
 //! Each test would fail without the guarantee it checks: an idle wait must
 //! end with `Error::Timeout` close to its deadline (not hang, not return

@@ -1,5 +1,5 @@
-//! rdma-direct's own data paths on the kernel's rxe and siw devices
-//! (issue 7): our WQEs in rings we created and mapped, consumed by the
+//! rdma-direct's own data paths on the kernel's rxe and siw devices:
+//! our WQEs in rings we created and mapped, consumed by the
 //! kernel. Runs in the test VM (`scripts/vm-test.sh`); on a host without
 //! RDMA devices every test prints that it did not run (a missing device
 //! inside the VM is a failure). `tests/verbs_device.rs` runs every opcode

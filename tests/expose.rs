@@ -1,4 +1,4 @@
-//! Least-privilege, revocable exposure (issue 9, parts 2 and 3) on the
+//! Least-privilege, revocable exposure on the
 //! software device: a peer's READ and WRITE with an exposure's rkey work
 //! as granted and no further, and after revocation they fail with a remote
 //! access error and leave the memory unchanged, while the region and other

@@ -1,4 +1,4 @@
-//! Structured error completions (issue 8, part 3): after an error
+//! Structured error completions: after an error
 //! completion the QP reports the failed WR as it was posted, decoded from
 //! the WQE still in the ring, with the status, the raw syndrome and the
 //! likely causes. Flushes that follow do not replace it, and RESET clears

@@ -1,4 +1,4 @@
-//! One-call QP recovery (issue 8, part 4) on the software device: a
+//! One-call QP recovery on the software device: a
 //! workload of RDMA WRITEs (most unsignaled) hits a bad rkey part-way; both
 //! sides recover in one call each, and the workload continues. Every WR is
 //! accounted for: each signaled WR completes exactly once, no WR completes
