@@ -8,121 +8,22 @@
 //! power-of-two buffers are naturally aligned (up to the page), and every
 //! buffer starts on a 64-byte boundary (class sizes are multiples of 64).
 
+mod plan;
+
 use core::ptr::NonNull;
 use std::boxed::Box;
 use std::vec::Vec;
 
-use super::freelist::{
-    free_word, gen_of, is_live, live_word, low, FreeList, GEN_MASK, MAX_SLOTS, NIL,
-};
+use super::freelist::{free_word, gen_of, is_live, live_word, low, FreeList, GEN_MASK, NIL};
+use super::region;
 use super::region::Region;
-use super::{ClassSizes, ClassStats, PoolConfig, PoolStats, Sizing};
-use super::{MAX_CLASSES, MAX_CLASS_SIZE, MIN_CLASS_SIZE};
+use super::{ClassStats, PoolStats};
 use crate::api::MrKeys;
 use crate::attr::Access;
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 
-/// One class of the layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ClassPlan {
-    pub(crate) size: u32,
-    pub(crate) count: u32,
-}
-
-/// A validated configuration: the classes (ascending) and the region size.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) classes: Vec<ClassPlan>,
-    pub(crate) len: usize,
-}
-
-impl Plan {
-    /// Checks `cfg` and lays the classes out. Every mistake is
-    /// [`Error::InvalidAttribute`], except a huge-page region whose size
-    /// is not a multiple of 2 MiB: [`Error::HugePagesUnavailable`].
-    pub(crate) fn new(cfg: &PoolConfig) -> Result<Plan> {
-        let sizes: Vec<usize> = match &cfg.sizes {
-            ClassSizes::PowersOfTwo { min, max } => {
-                if !min.is_power_of_two() || !max.is_power_of_two() || min > max {
-                    return Err(Error::InvalidAttribute);
-                }
-                let mut v = Vec::new();
-                let mut s = *min;
-                while s <= *max {
-                    v.push(s);
-                    s *= 2;
-                }
-                v
-            }
-            ClassSizes::List(list) => {
-                let mut v = list.clone();
-                v.sort_unstable();
-                if v.windows(2).any(|w| w[0] == w[1]) {
-                    return Err(Error::InvalidAttribute);
-                }
-                v
-            }
-        };
-        if sizes.is_empty() || sizes.len() > MAX_CLASSES {
-            return Err(Error::InvalidAttribute);
-        }
-        if sizes
-            .iter()
-            .any(|&s| s < MIN_CLASS_SIZE || s % MIN_CLASS_SIZE != 0 || s > MAX_CLASS_SIZE)
-        {
-            return Err(Error::InvalidAttribute);
-        }
-        let n = sizes.len();
-        let counts: Vec<u32> = match &cfg.sizing {
-            Sizing::TotalBytes(total) => {
-                let per = total / n;
-                sizes
-                    .iter()
-                    .map(|&s| u32::try_from(per / s).unwrap_or(u32::MAX))
-                    .collect()
-            }
-            Sizing::Each(c) => std::vec![*c; n],
-            Sizing::Counts(c) => {
-                if c.len() != n {
-                    return Err(Error::InvalidAttribute);
-                }
-                c.clone()
-            }
-        };
-        if counts.contains(&0) {
-            return Err(Error::InvalidAttribute);
-        }
-        let mut used = 0usize;
-        let mut slots = 0usize;
-        for (&s, &c) in sizes.iter().zip(&counts) {
-            used = s
-                .checked_mul(c as usize)
-                .and_then(|b| used.checked_add(b))
-                .ok_or(Error::InvalidAttribute)?;
-            slots += c as usize;
-        }
-        if slots > MAX_SLOTS || used > isize::MAX as usize {
-            return Err(Error::InvalidAttribute);
-        }
-        let len = match cfg.sizing {
-            Sizing::TotalBytes(total) => total,
-            _ => used,
-        };
-        if cfg.huge_pages && len % super::region::HUGE_PAGE != 0 {
-            return Err(Error::HugePagesUnavailable);
-        }
-        let classes = sizes
-            .iter()
-            .zip(&counts)
-            .map(|(&s, &c)| ClassPlan {
-                size: s as u32,
-                count: c,
-            })
-            .collect();
-        Ok(Plan { classes, len })
-    }
-}
+pub(crate) use plan::Plan;
 
 /// One size class: its free list and counters on one cache line (an
 /// allocation touches all of them, so they travel together).
@@ -431,6 +332,7 @@ impl Grant {
 
 #[cfg(test)]
 pub(crate) mod testing {
+    use super::plan::ClassPlan;
     use super::*;
 
     /// A slab over heap memory with made-up keys, without a device.
@@ -457,6 +359,7 @@ pub(crate) mod testing {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::plan::ClassPlan;
     use super::testing::slab;
     use super::*;
     use crate::pool::PoolConfig;
@@ -498,66 +401,6 @@ mod tests {
             s.free(g.class, g.index, g.gen).unwrap();
         }
     }
-
-    #[test]
-    fn plan_rejects_bad_configs() {
-        let bad = [
-            PoolConfig::buffers_per_class(1).size_classes(48, 256),
-            PoolConfig::buffers_per_class(1).size_classes(256, 64),
-            PoolConfig::buffers_per_class(1).size_classes(32, 64),
-            PoolConfig::buffers_per_class(0),
-            PoolConfig::buffers_per_class(1).class_sizes(&[]),
-            PoolConfig::buffers_per_class(1).class_sizes(&[64, 100]),
-            PoolConfig::buffers_per_class(1).class_sizes(&[64, 64]),
-            PoolConfig::buffers_per_class(1).class_sizes(&[(MAX_CLASS_SIZE * 2)]),
-            PoolConfig::with_counts(&[1, 2]),
-            // 64 KiB total over 11 classes: no 64 KiB buffer fits.
-            PoolConfig::total_bytes(64 << 10),
-            // 2 × (2^32 - 1) buffers: more than 2^32 - 1 slots.
-            PoolConfig::buffers_per_class(u32::MAX).size_classes(64, 128),
-        ];
-        for cfg in &bad {
-            assert_eq!(Plan::new(cfg), Err(Error::InvalidAttribute), "{cfg:?}");
-        }
-        let many: Vec<usize> = (1..=65).map(|i| i * 64).collect();
-        assert_eq!(
-            Plan::new(&PoolConfig::buffers_per_class(1).class_sizes(&many)),
-            Err(Error::InvalidAttribute)
-        );
-    }
-
-    #[test]
-    fn plan_total_bytes_splits_evenly() {
-        let p =
-            Plan::new(&PoolConfig::total_bytes(3 * 4096).class_sizes(&[4096, 64, 1024])).unwrap();
-        assert_eq!(p.len, 3 * 4096);
-        assert_eq!(
-            p.classes,
-            [
-                ClassPlan {
-                    size: 64,
-                    count: 64
-                },
-                ClassPlan {
-                    size: 1024,
-                    count: 4
-                },
-                ClassPlan {
-                    size: 4096,
-                    count: 1
-                }
-            ]
-        );
-    }
-
-    #[test]
-    fn plan_huge_pages_size_check() {
-        let cfg = PoolConfig::buffers_per_class(1).huge_pages(true);
-        assert_eq!(Plan::new(&cfg), Err(Error::HugePagesUnavailable));
-        let ok = PoolConfig::total_bytes(4 << 20).huge_pages(true);
-        assert_eq!(Plan::new(&ok).unwrap().len, 4 << 20);
-    }
-
     #[test]
     fn alloc_picks_smallest_fitting_class_then_larger() {
         let s = slab(&[(64, 1), (128, 1), (256, 1)]);
@@ -723,180 +566,4 @@ mod tests {
 /// Acquire is weakened; `relaxed_push_is_caught` keeps the Release side
 /// honest.
 #[cfg(all(loom, test))]
-mod loom_tests {
-    use super::testing::slab;
-    use super::*;
-    use crate::sync::UnsafeCell;
-    use loom::sync::Arc;
-    use loom::thread;
-
-    /// A slab plus one cell per slot ("the buffer").
-    struct Rig {
-        slab: Slab,
-        cells: Vec<UnsafeCell<u32>>,
-    }
-
-    fn rig(classes: &[(u32, u32)]) -> Arc<Rig> {
-        let slab = slab(classes);
-        let n: u32 = classes.iter().map(|c| c.1).sum();
-        Arc::new(Rig {
-            slab,
-            cells: (0..n).map(|_| UnsafeCell::new(0)).collect(),
-        })
-    }
-
-    impl Rig {
-        /// Writes `me` into the grant's cell, then checks it is still there.
-        fn own(&self, g: &Grant, me: u32) {
-            let c = &self.cells[g.index as usize];
-            // SAFETY: the grant makes the cell ours (what loom checks).
-            c.with_mut(|p| unsafe { *p = me });
-            // SAFETY: as above.
-            c.with(|p| assert_eq!(unsafe { *p }, me, "slot {} shared", g.index));
-        }
-
-        /// Allocates, owns and frees `rounds` times; returns the successes.
-        fn churn(&self, me: u32, len: usize, rounds: usize) -> usize {
-            let mut ok = 0;
-            for _ in 0..rounds {
-                match self.slab.alloc(len) {
-                    Ok(g) => {
-                        self.own(&g, me);
-                        self.slab.free(g.class, g.index, g.gen).unwrap();
-                        ok += 1;
-                    }
-                    Err(e) => assert_eq!(e, Error::ResourceExhausted),
-                }
-            }
-            ok
-        }
-
-        /// Nothing handed out, and every slot can be allocated exactly once.
-        fn check_all_free(&self, lens: &[usize]) {
-            assert_eq!(self.slab.in_use(), 0);
-            let mut seen = Vec::new();
-            for &l in lens {
-                let g = self.slab.alloc(l).unwrap();
-                assert!(!seen.contains(&g.index), "slot {} twice", g.index);
-                seen.push(g.index);
-            }
-            assert_eq!(self.slab.alloc(1).unwrap_err(), Error::ResourceExhausted);
-        }
-    }
-
-    /// Two threads, one class of two slots, two rounds each.
-    #[test]
-    fn two_threads_one_class() {
-        loom::model(|| {
-            let r = rig(&[(64, 2)]);
-            let r2 = Arc::clone(&r);
-            let t = thread::spawn(move || r2.churn(2, 64, 2));
-            let mine = r.churn(1, 64, 2);
-            let theirs = t.join().unwrap();
-            // Two slots, at most two holders: nobody is ever refused.
-            assert_eq!(mine + theirs, 4);
-            r.check_all_free(&[64, 64]);
-        });
-    }
-
-    /// Three threads contend for two slots in two classes (the small class
-    /// falls back to the large one when empty).
-    #[test]
-    fn three_threads_two_classes() {
-        loom::model(|| {
-            let r = rig(&[(64, 1), (128, 1)]);
-            let hs: Vec<_> = (0..2u32)
-                .map(|i| {
-                    let r = Arc::clone(&r);
-                    thread::spawn(move || r.churn(i + 2, 64, 1))
-                })
-                .collect();
-            r.churn(1, 100, 1);
-            for h in hs {
-                h.join().unwrap();
-            }
-            r.check_all_free(&[64, 128]);
-        });
-    }
-
-    /// The ABA shape: one thread pops while the other pops both slots and
-    /// pushes the first back. With the tag, the stale pop cannot install
-    /// a successor that is handed out.
-    #[test]
-    fn aba_is_prevented() {
-        loom::model(|| {
-            let r = rig(&[(64, 2)]);
-            let r2 = Arc::clone(&r);
-            let t = thread::spawn(move || {
-                let a = r2.slab.alloc(64);
-                if let Ok(g) = &a {
-                    r2.own(g, 2);
-                }
-                a
-            });
-            let x = r.slab.alloc(64);
-            let y = r.slab.alloc(64);
-            for g in [&x, &y].into_iter().flatten() {
-                r.own(g, 1);
-            }
-            if let Ok(g) = x {
-                r.slab.free(g.class, g.index, g.gen).unwrap();
-            }
-            let a = t.join().unwrap();
-            let mut live: Vec<Grant> = [a, y].into_iter().flatten().collect();
-            if let (Some(p), Some(q)) = (live.first(), live.get(1)) {
-                assert_ne!(p.index, q.index);
-            }
-            for g in live.drain(..) {
-                r.slab.free(g.class, g.index, g.gen).unwrap();
-            }
-            r.check_all_free(&[64, 64]);
-        });
-    }
-
-    /// Two threads free the same C token at once: exactly one wins.
-    #[test]
-    fn racing_double_free_one_wins() {
-        loom::model(|| {
-            let r = rig(&[(64, 2)]);
-            let g = r.slab.alloc(8).unwrap();
-            let (tok, addr, lkey) = (g.token(), g.ptr.as_ptr() as u64, r.slab.keys().lkey);
-            let r2 = Arc::clone(&r);
-            let t = thread::spawn(move || r2.slab.free_token(tok, addr, lkey).is_ok());
-            let mine = r.slab.free_token(tok, addr, lkey).is_ok();
-            let theirs = t.join().unwrap();
-            assert!(mine ^ theirs, "exactly one free succeeds");
-            r.check_all_free(&[64, 64]);
-        });
-    }
-
-    /// The model catches a broken ordering: with a Relaxed publishing CAS
-    /// in push, a thread that pops the slot reads the buffer without a
-    /// happens-before edge to the previous holder's write.
-    #[test]
-    #[should_panic(expected = "Causality violation")]
-    fn relaxed_push_is_caught() {
-        loom::model(|| {
-            let r = rig(&[(64, 1)]);
-            let r2 = Arc::clone(&r);
-            let t = thread::spawn(move || {
-                let l = &r2.slab.classes[0].free;
-                if let Some(i) = l.pop(&r2.slab.words) {
-                    // SAFETY: popped, so the cell is ours (what loom checks).
-                    r2.cells[i as usize].with_mut(|p| unsafe { *p = 2 });
-                    l.push_ordered(&r2.slab.words, i, 1, Ordering::Relaxed);
-                }
-            });
-            let l = &r.slab.classes[0].free;
-            for _ in 0..2 {
-                if let Some(i) = l.pop(&r.slab.words) {
-                    // SAFETY: popped, so the cell is ours (what loom checks).
-                    r.cells[i as usize].with_mut(|p| unsafe { *p = 1 });
-                    l.push(&r.slab.words, i, 1);
-                }
-                thread::yield_now();
-            }
-            t.join().unwrap();
-        });
-    }
-}
+mod loom_tests;
