@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-producer posting into one QP: lock-free SharedQp vs a spinlock per
 # post, 1/2/4 producer threads, software HCA in step, thread and fill
-# modes (benches/mp_post.rs; results in docs/benchmarks.md, "Multi-producer
+# modes (benches/mp_post/; results in docs/benchmarks.md, "Multi-producer
 # posting: lock-free vs spinlock").
 #
 #   bash scripts/mp_bench.sh [mp_post options] > /tmp/mp.md
@@ -35,7 +35,7 @@ die() {
 }
 command -v "$CARGO" >/dev/null 2>&1 || die "required tool not found: $CARGO"
 
-echo "mp_bench.sh: building benches/mp_post.rs" >&2
+echo "mp_bench.sh: building benches/mp_post/" >&2
 json=$(cd "$ROOT" && "$CARGO" bench --no-run --bench mp_post --message-format=json-render-diagnostics) ||
 	die "cargo bench --no-run --bench mp_post failed"
 BIN=$(grep '"reason":"compiler-artifact"' <<<"$json" | grep '"name":"mp_post"' |

@@ -23,6 +23,8 @@ fi
 
 stage "format"
 cargo fmt --check
+# Files pulled in with include! are not reached by cargo fmt.
+rustfmt --edition 2021 --check tests/verbs_device/*.rs
 (cd fuzz && cargo +"$RDD_NIGHTLY" fmt --check)
 
 stage "clippy (default features, verbs)"

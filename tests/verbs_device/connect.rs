@@ -26,7 +26,7 @@ fn rdma_cm_connects_on_rxe() {
     }
 }
 
-/// Traffic class and service level per QP (issue 9, part 5): what a
+/// Traffic class and service level per QP: what a
 /// connection asks for is what the kernel holds for the QP (so its RoCEv2
 /// traffic carries that DSCP/ECN byte and priority), and a rate limit on a
 /// device without packet pacing is a typed `Unsupported`, not a bare

@@ -1,7 +1,7 @@
 // Included by tests/verbs_device.rs: exposing memory to a peer. Revoked
 // exposures, and type-2 memory windows (bind, invalidate, rebind, revoke).
 
-/// Revocation on a real device (issue 9, part 2): a peer reads and writes
+/// Revocation on a real device: a peer reads and writes
 /// through its own exposure's rkey; after `revoke` the old key fails with a
 /// remote access error (iWARP: the connection is terminated, as for any bad
 /// key) and the memory is unchanged. Also reports whether the device has
@@ -116,7 +116,7 @@ fn revoked_exposures_fail_on_real_devices() {
     }
 }
 
-/// Type-2 memory windows, the fast revocation path (issue 9, part 2). On
+/// Type-2 memory windows, the fast revocation path. On
 /// rxe (which has them) `Mr::expose_to` binds a window on the responder's
 /// QP with a BIND_MW work request: the peer's READ and WRITE through its
 /// key work within the granted rights, a read-only window refuses WRITE,
