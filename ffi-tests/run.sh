@@ -3,8 +3,12 @@
 #  1. builds the release staticlib, then builds and runs every C/C++ test
 #     and the C example, plain and under ASan+UBSan (make check);
 #  2. installs the library with scripts/install.sh into a temporary PREFIX
-#     and builds examples/c/pingpong.c the way a user would, with
-#     `cc ... $(pkg-config --cflags --libs rdma-direct)`, then runs it.
+#     and builds the C examples (examples/c/pingpong.c, write_bw.c) the way
+#     a user would, with `cc ... $(pkg-config --cflags --libs rdma-direct)`,
+#     then runs them on the software device, and checks that `--device`
+#     on this library (built without the verbs backend) is refused with
+#     the example's explanation. (The verbs-enabled install, FEATURES=verbs,
+#     is built and run on rxe by scripts/vm-test.sh.)
 # Honours CARGO_TARGET_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,12 +22,34 @@ trap 'rm -rf "$prefix"' EXIT
 PREFIX="$prefix" bash "$root/scripts/install.sh"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # The installed copy must be self-contained: build outside the source tree.
-cp "$root/examples/c/pingpong.c" "$prefix/pingpong.c"
+cp "$root/examples/c/pingpong.c" "$root/examples/c/write_bw.c" "$root/examples/c/common.h" \
+    "$prefix/"
 cd "$prefix"
 echo "pkg-config --cflags --libs rdma-direct: $(pkg-config --cflags --libs rdma-direct)"
 pkg-config --exists --print-errors "rdma-direct = $(pkg-config --modversion rdma-direct)"
-cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 pingpong.c \
-    $(pkg-config --cflags --libs rdma-direct) -o pingpong
+# Without FEATURES=verbs the .pc file has no private fields.
+if grep -q '^Requires.private:\|^Libs.private:' lib/pkgconfig/rdma-direct.pc; then
+    echo "ffi-tests: a build without verbs installed private fields:" >&2
+    cat lib/pkgconfig/rdma-direct.pc >&2
+    exit 1
+fi
+for ex in pingpong write_bw; do
+    # shellcheck disable=SC2046  # pkg-config prints several words
+    cc -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 "$ex.c" \
+        $(pkg-config --cflags --libs rdma-direct) -o "$ex"
+done
 ./pingpong 2000 64
 ./pingpong 200 256 --step
-echo "ffi-tests: pkg-config build of examples/c/pingpong.c passed"
+./write_bw --iters 5000 --warmup 500
+# --device needs a verbs-enabled library: refused, exit 2, saying why.
+for ex in pingpong write_bw; do
+    rc=0
+    "./$ex" --device rxe0 >out.txt 2>&1 || rc=$?
+    if [ "$rc" != 2 ] || ! grep -q "built without the verbs backend" out.txt; then
+        echo "ffi-tests: $ex --device on a library without verbs: exit $rc, expected 2 and an explanation:" >&2
+        cat out.txt >&2
+        exit 1
+    fi
+    echo "$ex --device rxe0 (no verbs backend): refused as expected: $(head -n 1 out.txt)"
+done
+echo "ffi-tests: pkg-config builds of examples/c/pingpong.c and write_bw.c passed"

@@ -1,57 +1,45 @@
 /*
  * pingpong: RC SEND/RECV ping-pong latency with the rdma-direct C API.
  *
- * Two queue pairs on the in-process software device exchange a message
- * back and forth; every round trip is timed and the payload checked. The
- * same calls drive a ConnectX NIC once a verbs device is opened instead of
- * the software one.
+ * Two queue pairs on one device exchange a message back and forth; every
+ * round trip is timed and every payload byte checked. The device is the
+ * in-process software HCA, or with `--device NAME` a kernel RDMA device
+ * (rxe0, mlx5_0, ...) opened with rdd_device_open_verbs, which needs a
+ * library built with the verbs backend. Both QPs are on that one device,
+ * connected to each other with rdd_qp_query_info + rdd_qp_connect (what
+ * two hosts would exchange out of band). iWARP devices (siw) connect only
+ * through rdma_cm, which the C API does not offer: the example says so.
  *
  * Build (from the repository root, after `cargo build --release`):
  *
  *     cc -std=c11 -O2 examples/c/pingpong.c -Iinclude \
  *         target/release/librdma_direct.a -lpthread -ldl -lm -o pingpong
  *
- * or, after scripts/install.sh:
+ * or, after scripts/install.sh (FEATURES=verbs for --device):
  *
- *     cc -std=c11 -O2 pingpong.c $(pkg-config --cflags --libs rdma-direct) -o pingpong
+ *     cc -std=c11 -O2 pingpong.c $(pkg-config --cflags --libs --static rdma-direct) -o pingpong
  *
- * Run: ./pingpong [iterations] [message bytes] [--step]
- *   --step  drive the device from this thread (rdd_device_step) instead of
- *           its own thread: deterministic, and shows the device's share of
- *           the latency.
+ * (common.h, next to this file, must be on the include path.)
+ *
+ * Run: ./pingpong [iterations] [message bytes] [--step] [--device NAME]
+ *   --step    drive the software device from this thread (rdd_device_step)
+ *             instead of its own thread: deterministic, and shows the
+ *             device's share of the latency.
+ *   --device  run on the kernel RDMA device NAME; it runs by itself (no
+ *             --step). The device picks the GID (the IPv4 RoCEv2 entry on
+ *             RoCE); RDMA_DIRECT_DATA_PATH=fallback selects libibverbs'
+ *             provider instead of rdma-direct's own rings.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <rdma_direct.h>
+#include "common.h"
 
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+#include <sched.h>
 
 #define MAX_MSG 4096u
-
-/* Reports a failed call with the library's message and exits. */
-static void fail(const char *call, rdd_status s)
-{
-    char msg[160];
-    size_t n = 0;
-    if (rdd_status_str((uint32_t)s, msg, sizeof(msg), &n) != RDD_STATUS_OK) {
-        strcpy(msg, "?");
-    }
-    fprintf(stderr, "pingpong: %s: %s (status %u)\n", call, msg, (unsigned)s);
-    exit(1);
-}
-
-#define TRY(call)                                                                        \
-    do {                                                                                 \
-        rdd_status try_s_ = (call);                                                      \
-        if (try_s_ != RDD_STATUS_OK) {                                                   \
-            fail(#call, try_s_);                                                         \
-        }                                                                                \
-    } while (0)
+/* Give up when nothing arrives for this long (a lost message, a dead
+ * device): a wait must never hang. */
+#define STALL_US 10e6
 
 /* One side of the connection: its queue pair, CQ and message buffer. */
 struct endpoint {
@@ -68,11 +56,16 @@ static int step_mode;
 static void endpoint_open(struct endpoint *ep, rdd_pd *pd)
 {
     void *addr;
-    /* Deep enough for the CQ guard's worst case: every WR the default
-     * queues can hold (64 sends of up to two basic blocks, 64 receives),
-     * flushed at once. */
-    TRY(rdd_cq_create(dev, 256, &ep->cq));
-    TRY(rdd_qp_create(pd, ep->cq, ep->cq, NULL, &ep->qp));
+    rdd_qp_init init;
+    memset(&init, 0, sizeof(init));
+    init.max_send_wr = 64;
+    init.max_recv_wr = 16;
+    init.max_send_sge = 1;
+    init.max_recv_sge = 1;
+    /* Deep enough for the CQ guard's worst case: every WR the queues can
+     * hold, flushed at once (a kernel device may grant more than asked). */
+    TRY(rdd_cq_create(dev, 512, &ep->cq));
+    TRY(rdd_qp_create(pd, ep->cq, ep->cq, &init, &ep->qp));
     TRY(rdd_mr_reg(pd, 2 * MAX_MSG, RDD_ACCESS_LOCAL_WRITE, &ep->mr));
     TRY(rdd_mr_addr(ep->mr, &addr));
     TRY(rdd_mr_lkey(ep->mr, &ep->lkey));
@@ -122,10 +115,33 @@ static void send_msg(struct endpoint *ep, uint64_t seq, uint32_t len)
     TRY(rdd_qp_post_send(ep->qp, &wr, 1, &bad));
 }
 
+/* Whether the message in the receive buffer is message `seq` of `len`
+ * bytes, as send_msg wrote it: every byte. */
+static int payload_ok(const struct endpoint *ep, uint64_t seq, uint32_t len)
+{
+    const uint8_t *p = ep->buf + MAX_MSG;
+    uint64_t got;
+    uint32_t i;
+    memcpy(&got, p, sizeof(got));
+    if (got != seq) {
+        return 0;
+    }
+    for (i = sizeof(seq); i < len; i++) {
+        if (p[i] != (uint8_t)(seq & 0xff)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Waits for the receive of message `seq` on `ep`, handling any send
- * completions on the way, and checks the payload. */
+ * completions on the way, and checks the payload. Busy-polls; after a
+ * stretch of empty polls it yields the CPU, so a device thread sharing
+ * this core can run. */
 static void wait_recv(struct endpoint *ep, uint64_t seq, uint32_t len)
 {
+    unsigned long idle = 0;
+    double idle_since = 0.0;
     for (;;) {
         rdd_wc wc[4];
         size_t n = 0, i, work;
@@ -133,8 +149,23 @@ static void wait_recv(struct endpoint *ep, uint64_t seq, uint32_t len)
             TRY(rdd_device_step(dev, &work));
         }
         TRY(rdd_cq_poll(ep->cq, &ep->qp, 1, wc, 4, &n));
+        if (n == 0) {
+            idle++;
+            if (idle % 1024 == 0) {
+                double now = ex_now_us();
+                if (idle == 1024) {
+                    idle_since = now;
+                } else if (now - idle_since > STALL_US) {
+                    fprintf(stderr, "pingpong: message %llu did not arrive within %.0f s\n",
+                            (unsigned long long)seq, STALL_US / 1e6);
+                    exit(1);
+                }
+                sched_yield();
+            }
+            continue;
+        }
+        idle = 0;
         for (i = 0; i < n; i++) {
-            uint64_t got;
             if (wc[i].status != RDD_WC_SUCCESS) {
                 fprintf(stderr, "pingpong: work request %llu failed: wc status %u\n",
                         (unsigned long long)wc[i].wr_id, wc[i].status);
@@ -143,10 +174,13 @@ static void wait_recv(struct endpoint *ep, uint64_t seq, uint32_t len)
             if (wc[i].opcode != RDD_WC_OP_RECV) {
                 continue; /* a signaled send */
             }
-            memcpy(&got, ep->buf + MAX_MSG, sizeof(got));
-            if (wc[i].byte_len != len || got != seq) {
-                fprintf(stderr, "pingpong: expected message %llu (%u bytes), got %llu (%u)\n",
-                        (unsigned long long)seq, len, (unsigned long long)got, wc[i].byte_len);
+            if (wc[i].byte_len != len || !payload_ok(ep, seq, len)) {
+                uint64_t got;
+                memcpy(&got, ep->buf + MAX_MSG, sizeof(got));
+                fprintf(stderr,
+                        "pingpong: expected message %llu (%u bytes), got %llu (%u bytes)%s\n",
+                        (unsigned long long)seq, len, (unsigned long long)got, wc[i].byte_len,
+                        got == seq ? ", payload bytes differ" : "");
                 exit(1);
             }
             post_recv(ep, seq + 1);
@@ -161,37 +195,50 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-static double now_us(void)
+static void usage(const char *argv0)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+    fprintf(stderr,
+            "usage: %s [iterations > 0] [message bytes 8..%u] [--step | --device NAME]\n",
+            argv0, MAX_MSG);
+    exit(2);
 }
 
 int main(int argc, char **argv)
 {
     unsigned long iters = 10000;
     unsigned long len = 64;
+    const char *device = NULL;
     struct endpoint a, b;
     rdd_pd *pd;
-    rdd_qp_info ia, ib;
+    rdd_qp_info info;
     double start, total, *rtt;
     unsigned long i;
     int argi, pos = 0;
 
+    ex_prog = "pingpong";
     for (argi = 1; argi < argc; argi++) {
         if (strcmp(argv[argi], "--step") == 0) {
             step_mode = 1;
+        } else if (strcmp(argv[argi], "--device") == 0 || strcmp(argv[argi], "-d") == 0) {
+            if (++argi == argc) {
+                usage(argv[0]);
+            }
+            device = argv[argi];
+        } else if (argv[argi][0] == '-') {
+            usage(argv[0]);
         } else if (pos == 0) {
-            iters = strtoul(argv[argi], NULL, 10);
+            iters = ex_number("iterations", argv[argi], 1, 100000000ul);
+            pos++;
+        } else if (pos == 1) {
+            len = ex_number("message bytes", argv[argi], sizeof(uint64_t), MAX_MSG);
             pos++;
         } else {
-            len = strtoul(argv[argi], NULL, 10);
+            usage(argv[0]);
         }
     }
-    if (iters == 0 || len < sizeof(uint64_t) || len > MAX_MSG) {
-        fprintf(stderr, "usage: %s [iterations > 0] [message bytes 8..%u] [--step]\n", argv[0],
-                MAX_MSG);
+    if (step_mode && device != NULL) {
+        fprintf(stderr, "pingpong: --step drives the software device; a kernel device (--device)\n"
+                        "pingpong:   runs by itself\n");
         return 2;
     }
 
@@ -201,17 +248,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    TRY(rdd_device_open_soft(NULL, &dev));
+    dev = ex_open_device(device);
     TRY(rdd_pd_alloc(dev, &pd));
     endpoint_open(&a, pd);
     endpoint_open(&b, pd);
 
-    /* Exchange connection data (out of band between hosts; here a copy). */
-    TRY(rdd_qp_query_info(a.qp, &ia));
-    TRY(rdd_qp_query_info(b.qp, &ib));
-    TRY(rdd_qp_connect(a.qp, &ib, NULL));
-    TRY(rdd_qp_connect(b.qp, &ia, NULL));
-    if (!step_mode) {
+    /* Exchange connection data (out of band between hosts; here a copy)
+     * and connect; SEND/RECV needs no remote access. */
+    ex_connect_pair(device, a.qp, b.qp, NULL, NULL, &info);
+    if (device == NULL && !step_mode) {
         TRY(rdd_device_start(dev));
     }
     post_recv(&a, 0);
@@ -222,32 +267,45 @@ int main(int argc, char **argv)
     wait_recv(&b, 0, (uint32_t)len);
     send_msg(&b, 0, (uint32_t)len);
     wait_recv(&a, 0, (uint32_t)len);
-    start = now_us();
+    start = ex_now_us();
     for (i = 1; i <= iters; i++) {
-        double t0 = now_us();
+        double t0 = ex_now_us();
         send_msg(&a, i, (uint32_t)len);
         wait_recv(&b, i, (uint32_t)len);
         send_msg(&b, i, (uint32_t)len);
         wait_recv(&a, i, (uint32_t)len);
-        rtt[i - 1] = now_us() - t0;
+        rtt[i - 1] = ex_now_us() - t0;
     }
-    total = now_us() - start;
+    total = ex_now_us() - start;
 
     /* One-way latency is half the round trip, as ib_send_lat reports it. */
     qsort(rtt, iters, sizeof(*rtt), cmp_double);
-    printf("pingpong: %lu round trips of %lu bytes (%s mode)\n", iters, len,
-           step_mode ? "step" : "thread");
+    printf("pingpong: %lu round trips of %lu bytes (%s)\n", iters, len,
+           device != NULL ? "kernel device"
+           : step_mode    ? "step mode"
+                          : "thread mode");
     printf("pingpong: measured: one-way latency, half the round trip of a SEND answered by a\n"
-           "pingpong:   SEND; this one thread drives both QPs\n");
-    printf("pingpong: device: the in-process software HCA (memory copies, no network and no\n"
-           "pingpong:   NIC), %s\n",
-           step_mode ? "stepped by this thread" : "on its own busy-polling device thread");
+           "pingpong:   SEND; this one thread drives both QPs; every payload byte checked\n");
+    if (device == NULL) {
+        printf("pingpong: device: the in-process software HCA (memory copies, no network and no\n"
+               "pingpong:   NIC), %s\n",
+               step_mode ? "stepped by this thread" : "on its own busy-polling device thread");
+    } else {
+        printf("pingpong: device: %s, %s\n", device, ex_medium(device));
+        char gid[40];
+        ex_gid_str(info.gid, gid);
+        printf("pingpong: data path: %s\n", ex_data_path(device));
+        printf("pingpong: GID %s, path MTU %u bytes (rdd_qp_query_info)\n", gid, info.mtu);
+    }
     {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int pollers = step_mode ? 1 : 2;
-        printf("pingpong: %ld cores available, %d busy-polling thread%s\n", cores, pollers,
+        long cores = ex_cores();
+        /* This thread, plus the software device's own thread when it runs;
+         * a kernel device adds no busy-polling thread to this process. */
+        int pollers = (device == NULL && !step_mode) ? 2 : 1;
+        printf("pingpong: %ld cores available (%s), %d busy-polling thread%s\n", cores,
+               ex_in_vm() ? "virtual machine" : "no hypervisor flag", pollers,
                pollers == 1 ? "" : "s");
-        if (cores > 0 && pollers > cores) {
+        if (pollers > cores) {
             printf("pingpong: WARNING: more busy-polling threads than cores: the figures include\n"
                    "pingpong:   scheduler hand-offs and vary widely between runs\n");
         }
@@ -257,7 +315,7 @@ int main(int argc, char **argv)
            total / (double)iters / 2.0);
     free(rtt);
 
-    if (!step_mode) {
+    if (device == NULL && !step_mode) {
         TRY(rdd_device_stop(dev));
     }
     endpoint_close(&a);
