@@ -2,10 +2,12 @@
 # The real-kernel RDMA suite. Runs INSIDE the test VM (scripts/softrdma-vm),
 # started by scripts/vm-test.sh, which builds everything on the host first:
 #
-#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh TEST_BINS EXAMPLES_DIR
+#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR
 #
 # TEST_BINS is a ':'-separated list of test binaries (tests/verbs_device.rs,
-# tests/uverbs_raw.rs, ...), each run with one test thread.
+# tests/uverbs_raw.rs, ...), each run with one test thread. C_EXAMPLES_DIR
+# holds the C examples vm-test.sh built against the installed verbs-enabled
+# library with pkg-config.
 #
 # Stages (each must pass; the first failure fails the suite, after the
 # remaining stages have run so one run shows every failure):
@@ -25,9 +27,13 @@
 #              plain and under ASan+UBSan
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process (scripts/vm-interop.sh)
-#   (the verbs and interop stages run twice: on rdma-direct's own rxe/siw
-#   rings, RDMA_DIRECT_DATA_PATH=direct, and on libibverbs' providers,
-#   =fallback)
+#   c-examples examples/c/pingpong.c and write_bw.c, built against the
+#              installed library with pkg-config only, on rxe0 (plain and
+#              under ASan+UBSan), and their refusal on siw0, which needs
+#              rdma_cm (scripts/vm-c-examples.sh)
+#   (the verbs, interop and c-examples stages run twice: on rdma-direct's
+#   own rxe/siw rings, RDMA_DIRECT_DATA_PATH=direct, and on libibverbs'
+#   providers, =fallback)
 #   two-host   our programs on the two devices of the veth pair: pingpong
 #              (rxe, out-of-band) and rping (siw, rdma_cm, in two network
 #              namespaces) (scripts/vm-two-host.sh)
@@ -39,12 +45,12 @@ if [ "${IN_RDMA_VM:-0}" != 1 ]; then
   echo "vm-suite.sh: run inside the test VM (scripts/vm-test.sh does that)" >&2
   exit 2
 fi
-if [ $# -ne 2 ] || [ -z "$1" ] || [ ! -d "$2" ]; then
-  echo "usage: vm-suite.sh TEST_BINS EXAMPLES_DIR" >&2
+if [ $# -ne 3 ] || [ -z "$1" ] || [ ! -d "$2" ] || [ ! -d "$3" ]; then
+  echo "usage: vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR" >&2
   exit 2
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-TESTBIN=$1 EXDIR=$2
+TESTBIN=$1 EXDIR=$2 CEXDIR=$3
 failed=()
 SECONDS=0
 
@@ -77,6 +83,7 @@ for path in direct fallback; do
       timeout 600 "$t" --test-threads=1
   done
   stage "$path:interop" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-interop.sh" "$EXDIR"
+  stage "$path:c-examples" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-c-examples.sh" "$CEXDIR"
 done
 stage two-host bash "$HERE/vm-two-host.sh" "$EXDIR"
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Real kernel RDMA (rxe and siw) for rdma-direct's verbs backend: builds and
 # caches the test VM, builds the verbs tests and the examples on the host
-# (`--features verbs`), and runs scripts/vm-suite.sh inside the VM.
+# (`--features verbs`), installs the verbs-enabled C library into a prefix
+# and builds the C examples against it with pkg-config, and runs
+# scripts/vm-suite.sh inside the VM.
 #
 #   scripts/vm-test.sh
 #
@@ -82,9 +84,42 @@ TESTBIN=$TESTBIN:$T/ffi-verbs/test_verbs:$T/ffi-verbs/test_verbs_asan
 EXDIR=${CARGO_TARGET_DIR:-$PWD/target}/release/examples
 case $EXDIR in /*) ;; *) EXDIR=$PWD/$EXDIR ;; esac
 
+# The C examples as a C user builds them: the verbs-enabled library
+# installed into a prefix (scripts/install.sh, FEATURES=verbs), then
+# examples/c/pingpong.c and write_bw.c compiled outside the source tree
+# with nothing but pkg-config (--static: the .pc file names libibverbs,
+# librdmacm and libmlx5 in Requires.private), plain and under ASan+UBSan
+# (static sanitizer runtimes, as above). scripts/vm-c-examples.sh runs
+# them on rxe0 and siw0.
+echo "vm-test: installing the verbs-enabled C library and building the C examples with pkg-config"
+CPREFIX=$T/c-prefix CEXDIR=$T/c-examples
+rm -rf "$CPREFIX" "$CEXDIR"
+mkdir -p "$CEXDIR"
+PREFIX=$CPREFIX FEATURES=verbs bash scripts/install.sh
+cp examples/c/pingpong.c examples/c/write_bw.c examples/c/common.h "$CEXDIR/"
+PC_FLAGS=$(PKG_CONFIG_PATH=$CPREFIX/lib/pkgconfig pkg-config --cflags --libs --static rdma-direct)
+CFLAGS_X="-std=c11 -Wall -Wextra -Wpedantic -Werror"
+SAN_X="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -static-libasan -static-libubsan"
+: > "$CEXDIR/BUILD"
+for ex in pingpong write_bw; do
+  for variant in plain asan; do
+    if [ "$variant" = plain ]; then
+      cmd="cc $CFLAGS_X -O2 $ex.c \$(pkg-config --cflags --libs --static rdma-direct) -o $ex"
+      # shellcheck disable=SC2086
+      (cd "$CEXDIR" && cc $CFLAGS_X -O2 "$ex.c" $PC_FLAGS -o "$ex")
+    else
+      cmd="cc $CFLAGS_X -g -O1 $SAN_X $ex.c \$(pkg-config --cflags --libs --static rdma-direct) -o ${ex}_asan"
+      # shellcheck disable=SC2086
+      (cd "$CEXDIR" && cc $CFLAGS_X -g -O1 $SAN_X "$ex.c" $PC_FLAGS -o "${ex}_asan")
+    fi
+    echo "$cmd" >> "$CEXDIR/BUILD"
+  done
+done
+echo "vm-test: C examples built in $CEXDIR with: pkg-config --cflags --libs --static rdma-direct = $PC_FLAGS"
+
 echo "vm-test: running the suite in the VM"
 # The ':'-joined list is not a path vm-run.sh can see: share the test
 # binaries' directory explicitly (all come from one target directory).
 BINDIR=$(dirname "${TESTBIN%%:*}")
-VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR:$T/ffi-verbs VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
-  scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR"
+VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR:$T/ffi-verbs:$CEXDIR VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
+  scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR" "$CEXDIR"
