@@ -63,6 +63,11 @@ bash scripts/header.sh
 stage "C and C++ tests (plain, ASan+UBSan)"
 bash ffi-tests/run.sh
 
+stage "post/poll instruction counts vs benches/baseline/post-poll.tsv (callgrind; fails on a row +3 %)"
+# scripts/bench.sh with BENCH_ITERS=2048; `scripts/bench-gate.sh --update`
+# rewrites the baseline on purpose (CONTRIBUTING.md).
+bash scripts/bench-gate.sh
+
 stage "fuzz targets (${FUZZ_SECONDS:=30}s each)"
 FUZZ_SECONDS=$FUZZ_SECONDS bash scripts/fuzz.sh
 
