@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom model checks of the ring algorithms (docs/architecture.md §6).
 #
-# Runs every test in a module named `loom_tests` (today: src/ring/mp.rs and
+# Runs every test in a module named `loom_tests` (today: src/ring/mp/ and
 # src/ring/submit/), compiled with `--cfg loom` so `crate::sync` hands out
 # loom's atomics and cells, in the `loom` profile (test + opt-level 3).
 #

@@ -38,7 +38,7 @@
 //!   the poller's reads of a side-table entry happen before a producer
 //!   reuses it.
 //!
-//! The loom models at the end of this file explore producers, a model
+//! The loom models in `loom_tests.rs` explore producers, a model
 //! device and the poller together, including one deliberately broken
 //! ordering that the model must catch.
 
