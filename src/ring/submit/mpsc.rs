@@ -75,6 +75,29 @@ impl<T: Copy, const N: usize> MpscRing<T, N> {
         }
     }
 
+    /// Builds an empty ring at `this`, slot by slot, without building it
+    /// on the stack first: a ring of thousands of descriptors can be
+    /// larger than a thread's stack, and `Box::new(MpscRing::new())` may
+    /// build its value there before moving it.
+    ///
+    /// # Safety
+    /// `this` must be valid for writes of one `Self` and aligned for it.
+    /// Whatever it held is overwritten without being dropped.
+    pub unsafe fn init_in_place(this: *mut Self) {
+        let _ = Self::MASK;
+        // SAFETY: `this` is valid for writes and aligned (caller contract),
+        // so each field place is; the fields are written once each, and
+        // `Slot<T>` has the layout of one element of the `slots` array.
+        unsafe {
+            core::ptr::addr_of_mut!((*this).head).write(Padded(AtomicUsize::new(0)));
+            core::ptr::addr_of_mut!((*this).tail).write(Padded(Cursor::new()));
+            let slots = core::ptr::addr_of_mut!((*this).slots).cast::<Slot<T>>();
+            for i in 0..N {
+                slots.add(i).write(Slot::new());
+            }
+        }
+    }
+
     /// Capacity in descriptors.
     #[inline]
     pub const fn capacity(&self) -> usize {

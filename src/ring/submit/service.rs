@@ -125,6 +125,29 @@ impl<D: Copy, C: Copy, const SQ: usize, const CQ: usize, const S: usize>
         }
     }
 
+    /// Builds a service with no submitters and no poller at `this`, ring
+    /// by ring, without building it on the stack first (a service with
+    /// thousands of slots can be larger than a thread's stack; the C API
+    /// allocates its services this way).
+    ///
+    /// # Safety
+    /// `this` must be valid for writes of one `Self` and aligned for it.
+    /// Whatever it held is overwritten without being dropped.
+    pub unsafe fn init_in_place(this: *mut Self) {
+        let () = Self::SUBMITTERS_OK;
+        // SAFETY: `this` is valid for writes and aligned (caller contract),
+        // so each field place is; every ring is written once, the large
+        // submission ring in place and each completion ring (one `CQ`-slot
+        // ring, as an element of the `done` array) as a value.
+        unsafe {
+            MpscRing::init_in_place(core::ptr::addr_of_mut!((*this).sq));
+            let done = core::ptr::addr_of_mut!((*this).done).cast::<SpscRing<C, CQ>>();
+            for i in 0..S {
+                done.add(i).write(SpscRing::new());
+            }
+        }
+    }
+
     /// Registers a submitter: the first free id and its completion ring.
     ///
     /// Dropping the [`Submitter`] frees its id only if it has nothing
@@ -371,6 +394,31 @@ mod tests {
         let mut out = [0u8; 4];
         assert_eq!(a.recv_batch(&mut out), 3);
         assert_eq!(&out[..3], &[1, 2, 3]);
+    }
+
+    /// A service built in place on the heap behaves as one built by `new`
+    /// (registration, back-pressure, routing), and drops cleanly.
+    #[test]
+    fn service_init_in_place() {
+        type Big = SubmissionService<u64, u32, 8, 2, 3>;
+        let mut b = std::boxed::Box::<Big>::new_uninit();
+        // SAFETY: the box is valid for writes of one `Big` and aligned.
+        unsafe { Big::init_in_place(b.as_mut_ptr()) };
+        // SAFETY: `init_in_place` initialised every field.
+        let svc = unsafe { b.assume_init() };
+        let mut a = svc.register().unwrap();
+        assert_eq!(a.id().index(), 0);
+        let mut poll = svc.poller().unwrap();
+        for v in 0..2 {
+            a.try_submit(v).unwrap();
+        }
+        assert_eq!(a.try_submit(9), Err(ServiceError::NoCredit));
+        assert_eq!(svc.queued(), 2);
+        let mut batch = [Submission::default(); 4];
+        assert_eq!(poll.drain(&mut batch), 2);
+        poll.try_complete(a.id(), 5).unwrap();
+        assert_eq!(a.try_recv(), Some(5));
+        assert_eq!(svc.register().unwrap().id().index(), 1);
     }
 
     /// The service on real threads: two submitters and the poller, so the
