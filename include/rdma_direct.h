@@ -421,6 +421,61 @@
 #define RDD_POOL_HUGE_PAGES 1
 
 /**
+ * Descriptors the submission ring holds (shared by every submitter of a
+ * service). A submission that finds it full is `RDD_STATUS_SQ_FULL`.
+ */
+#define RDD_SUBMIT_RING_SIZE 4096
+
+/**
+ * Most submitters registered with one service at once.
+ */
+#define RDD_SUBMIT_MAX_SUBMITTERS 64
+
+/**
+ * Entries of each submitter's completion ring, and so the most
+ * descriptors one submitter may have in flight (submitted, completion
+ * not yet reaped). One more is `RDD_STATUS_SQ_FULL` until it reaps.
+ */
+#define RDD_SUBMIT_COMPLETION_RING_SIZE 1024
+
+/**
+ * Largest `rdd_submit_config.max_batch`: descriptors one
+ * `rdd_submit_drain` posts with one doorbell.
+ */
+#define RDD_SUBMIT_MAX_BATCH 64
+
+/**
+ * Largest `rdd_submit_config.max_outstanding`: WRs the service keeps
+ * posted on its QP and not yet completed.
+ */
+#define RDD_SUBMIT_MAX_OUTSTANDING 4096
+
+/**
+ * `rdd_submit_config.max_batch` when 0 is given (or the config is NULL).
+ */
+#define RDD_SUBMIT_DEFAULT_BATCH 32
+
+/**
+ * `rdd_submit_config.max_outstanding` when 0 is given (or the config is
+ * NULL): the default send queue of `rdd_qp_create`.
+ */
+#define RDD_SUBMIT_DEFAULT_OUTSTANDING 64
+
+/**
+ * Completions one `rdd_submit_complete` takes from the CQ at most.
+ */
+#define RDD_SUBMIT_POLL_BATCH 64
+
+/**
+ * The `rdd_submit_desc.flags` bits a descriptor may carry:
+ * `RDD_SEND_FENCE`, `RDD_SEND_SIGNALED` (its own CQE; the service
+ * already signals the last WR of every batch) and `RDD_SEND_INLINE`
+ * (`local_addr` points at the payload, copied when the batch is posted;
+ * `lkey` is ignored).
+ */
+#define RDD_SUBMIT_DESC_FLAGS 11
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -630,6 +685,18 @@ typedef struct rdd_pool rdd_pool;
  * `rdd_qp_destroy`.
  */
 typedef struct rdd_qp rdd_qp;
+
+/**
+ * A poll-mode submission service bound to one QP and its send CQ (opaque
+ * handle): `rdd_submit_create` / `rdd_submit_destroy`.
+ */
+typedef struct rdd_submit_service rdd_submit_service;
+
+/**
+ * One application thread's registration with a service (opaque handle):
+ * `rdd_submit_register` / `rdd_submit_unregister`.
+ */
+typedef struct rdd_submitter rdd_submitter;
 
 /**
  * Caller-provided storage for a send-queue handle. Declare one (static,
@@ -1377,6 +1444,172 @@ typedef struct rdd_pool_class_usage {
      */
     double fragmentation;
 } rdd_pool_class_usage;
+
+/**
+ * How `rdd_submit_create` sizes a service (NULL there means all
+ * defaults). Zero every field you do not set.
+ */
+typedef struct rdd_submit_config {
+    /**
+     * WRs kept posted on the QP and not yet completed, 1 to
+     * `RDD_SUBMIT_MAX_OUTSTANDING` (0: `RDD_SUBMIT_DEFAULT_OUTSTANDING`).
+     * Keep it at most the QP's `max_send_wr`, so drains are not refused
+     * for a full send queue.
+     */
+    uint32_t max_outstanding;
+    /**
+     * Descriptors posted per `rdd_submit_drain` (one doorbell), 1 to
+     * `RDD_SUBMIT_MAX_BATCH` (0: `RDD_SUBMIT_DEFAULT_BATCH`).
+     */
+    uint32_t max_batch;
+    /**
+     * Must be 0.
+     */
+    uint32_t flags;
+    /**
+     * Must be 0.
+     */
+    uint32_t reserved;
+} rdd_submit_config;
+
+/**
+ * One RDMA WRITE to submit (`rdd_submit_post`): `length` bytes from
+ * `local_addr` (in a region of the service QP's PD, `lkey`) to
+ * `remote_addr` at the peer (`rkey`). 48 bytes; zero it, then set the
+ * fields.
+ */
+typedef struct rdd_submit_desc {
+    /**
+     * The application's cookie, returned in the completion.
+     */
+    uint64_t wr_id;
+    /**
+     * First local byte (for `RDD_SEND_INLINE`, the payload pointer).
+     */
+    uint64_t local_addr;
+    /**
+     * First remote byte.
+     */
+    uint64_t remote_addr;
+    /**
+     * Bytes to write (less than 2^31; for `RDD_SEND_INLINE` at most the
+     * QP's inline limit).
+     */
+    uint32_t length;
+    /**
+     * Local key of the region holding the source bytes.
+     */
+    uint32_t lkey;
+    /**
+     * Remote key of the target region.
+     */
+    uint32_t rkey;
+    /**
+     * `RDD_WR_RDMA_WRITE` (the only operation the service posts).
+     */
+    uint32_t opcode;
+    /**
+     * `RDD_SUBMIT_DESC_FLAGS` bits.
+     */
+    uint32_t flags;
+    /**
+     * Must be 0.
+     */
+    uint32_t reserved;
+} rdd_submit_desc;
+
+/**
+ * What a submitter reaps for each descriptor (`rdd_submit_reap`), in the
+ * order it submitted them. 16 bytes.
+ */
+typedef struct rdd_submit_completion {
+    /**
+     * The descriptor's `wr_id`.
+     */
+    uint64_t wr_id;
+    /**
+     * `RDD_WC_*` status: `RDD_WC_SUCCESS`, the device's error, or
+     * `RDD_WC_WR_FLUSH_ERR` for a descriptor that was flushed (after an
+     * earlier error on the QP, or by `rdd_submit_flush`). Descriptors of
+     * one submitter complete in the order it submitted them.
+     */
+    uint32_t status;
+    /**
+     * Raw vendor syndrome of the device's error completion (0 otherwise).
+     */
+    uint32_t vendor_err;
+} rdd_submit_completion;
+
+/**
+ * Per-stage counters of a service (`rdd_submit_stats`), totals since
+ * creation, and two gauges (`queued`, `held`). A relaxed snapshot: while
+ * threads work, the stages are read at slightly different moments. When
+ * no call is running, `submitted == drained + queued`, and
+ * `completed - reaped` completions wait in completion rings. 104 bytes.
+ */
+typedef struct rdd_submit_counters {
+    /**
+     * Descriptors accepted into the submission ring.
+     */
+    uint64_t submitted;
+    /**
+     * Submissions refused because the ring was full (`SQ_FULL`).
+     */
+    uint64_t refused_ring_full;
+    /**
+     * Submissions refused because the submitter had
+     * `RDD_SUBMIT_COMPLETION_RING_SIZE` descriptors in flight (`SQ_FULL`).
+     */
+    uint64_t refused_no_credit;
+    /**
+     * Descriptors taken out of the ring by the poll-mode thread.
+     */
+    uint64_t drained;
+    /**
+     * WRs posted to the QP.
+     */
+    uint64_t posted;
+    /**
+     * Send doorbells the QP rang for those posts (one per non-empty
+     * `rdd_submit_drain` on the software device and the mlx5 core).
+     */
+    uint64_t doorbells;
+    /**
+     * Drains that the QP refused in part or whole because its send queue
+     * (or an unguarded CQ) was full; the rest stayed held for the next.
+     * The WRs of a batch cut short complete with a later batch's
+     * completion: keep `max_outstanding` within the send queue.
+     */
+    uint64_t qp_full;
+    /**
+     * Completions handed to the submitters' completion rings.
+     */
+    uint64_t completed;
+    /**
+     * Of those, completions whose status is not `RDD_WC_SUCCESS`.
+     */
+    uint64_t failed;
+    /**
+     * Completions the device did not produce: everything
+     * `rdd_submit_flush` completed, and a descriptor the QP refused
+     * (`RDD_WC_LOC_QP_OP_ERR`; not expected, descriptors are checked at
+     * submission). Counted in `completed` too.
+     */
+    uint64_t flushed;
+    /**
+     * Completions taken by submitters (`rdd_submit_reap`).
+     */
+    uint64_t reaped;
+    /**
+     * Descriptors in the submission ring right now.
+     */
+    uint64_t queued;
+    /**
+     * Descriptors drained and not yet posted (waiting for room on the
+     * QP) right now.
+     */
+    uint64_t held;
+} rdd_submit_counters;
 
 #ifdef __cplusplus
 extern "C" {
@@ -2266,6 +2499,226 @@ rdd_status rdd_pool_class_stats(const struct rdd_pool *pool,
  * another thread is using the handle.
  */
 rdd_status rdd_pool_destroy(struct rdd_pool *pool);
+
+/**
+ * Creates a poll-mode submission service that posts RDMA WRITEs on `qp`
+ * and polls their completions on `cq`, sized by `cfg` (NULL: defaults).
+ * Everything the service uses later is allocated here (about 1.3 MiB:
+ * the `RDD_SUBMIT_RING_SIZE` submission ring and
+ * `RDD_SUBMIT_MAX_SUBMITTERS` completion rings of
+ * `RDD_SUBMIT_COMPLETION_RING_SIZE`).
+ *
+ * `cq` must be the CQ `qp`'s sends complete on and serve no other QP
+ * (`INVALID_ARGUMENT` when it serves another QP or does not serve `qp`;
+ * a CQ that serves `qp` only as its receive CQ cannot be told apart, and
+ * its service would never see a completion). From now on the service
+ * owns the QP's send queue and that CQ: post nothing else on the QP and
+ * do not poll the CQ yourself; create the service on an idle, connected
+ * QP. Destroy the service before the QP (see `rdd_submit_flush` for the
+ * other order). The QP and CQ handles are used by the poll-mode calls,
+ * not by this one beyond its checks.
+ *
+ * Errors: `NULL_PARAMETER` (`out`, `qp` or `cq`), `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (`qp` or `cq` in use by another thread),
+ * `INVALID_ARGUMENT` (the CQ rule above; non-zero `flags`/`reserved`;
+ * `max_outstanding` above `RDD_SUBMIT_MAX_OUTSTANDING` or `max_batch`
+ * above `RDD_SUBMIT_MAX_BATCH`), `RESOURCE_EXHAUSTED` (no handle slot).
+ *
+ * # Safety
+ * `cfg` is NULL or valid for reads of one `rdd_submit_config`; `out` is
+ * valid for a write of one pointer.
+ */
+rdd_status rdd_submit_create(struct rdd_qp *qp,
+                             struct rdd_cq *cq,
+                             const struct rdd_submit_config *cfg,
+                             struct rdd_submit_service **out);
+
+/**
+ * Destroys a service. Refused with `RESOURCE_BUSY` (nothing changes)
+ * while any submitter is registered or another call is using the
+ * service. Unregistering needs every submitted descriptor reaped, so a
+ * service that can be destroyed holds no work: nothing is abandoned.
+ */
+rdd_status rdd_submit_destroy(struct rdd_submit_service *svc);
+
+/**
+ * Registers a submitter with the service: a handle for one application
+ * thread, with its own completion ring of `RDD_SUBMIT_COMPLETION_RING_SIZE`
+ * entries and an id (`rdd_submit_query`), the lowest free one. Any thread
+ * may call it, also while the poll-mode thread works.
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_EXHAUSTED`
+ * (`RDD_SUBMIT_MAX_SUBMITTERS` registered, or no handle slot),
+ * `RESOURCE_BUSY` (the service is being destroyed).
+ *
+ * # Safety
+ * `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_submit_register(struct rdd_submit_service *svc,
+                               struct rdd_submitter **out);
+
+/**
+ * Unregisters a submitter and frees its id. Refused with `RESOURCE_BUSY`
+ * (nothing changes) while it has descriptors in flight (submitted and
+ * not yet reaped: reap them first) or another thread is using the handle.
+ */
+rdd_status rdd_submit_unregister(struct rdd_submitter *sub);
+
+/**
+ * Submits RDMA WRITE descriptors `descs[0..n]` to the service, in order,
+ * from the thread that uses this submitter. Lock-free, allocation-free,
+ * and never waits: the poll-mode thread's next `rdd_submit_drain` posts
+ * them.
+ *
+ * The call stops at the first descriptor it does not queue; those before
+ * it are queued. `*out_bad_index` is written exactly when a descriptor
+ * (or the array) is refused: the index of the first one not queued (0
+ * for the array). Statuses that write it: `SQ_FULL` (back-pressure: the
+ * submission ring is full, or this submitter has
+ * `RDD_SUBMIT_COMPLETION_RING_SIZE` descriptors in flight; reap, then
+ * submit again), `INVALID_OPCODE` (not `RDD_WR_RDMA_WRITE`),
+ * `INVALID_FLAGS` (bits outside `RDD_SUBMIT_DESC_FLAGS`),
+ * `LENGTH_OVERFLOW` (2^31 bytes or more), `INLINE_TOO_LARGE` (an inline
+ * payload above the QP's limit), `NULL_POINTER` (an inline payload at
+ * address 0), `INVALID_ARGUMENT` (non-zero `reserved`; a misaligned or
+ * oversized array). Statuses that do not: `OK`, `NULL_PARAMETER`,
+ * `INVALID_HANDLE`, `RESOURCE_BUSY` (another thread is using this
+ * submitter).
+ *
+ * # Safety
+ * `descs` points to `n` readable `rdd_submit_desc`; `out_bad_index` is
+ * valid for a write of one `size_t`. An inline descriptor's `local_addr`
+ * points to `length` readable bytes, which the poll-mode thread copies
+ * when it posts the descriptor; every other descriptor names memory of a
+ * region of the QP's PD (checked by the device). Either kind of buffer
+ * must stay valid until the descriptor's completion is reaped.
+ */
+rdd_status rdd_submit_post(struct rdd_submitter *sub,
+                           const struct rdd_submit_desc *descs,
+                           size_t n,
+                           size_t *out_bad_index);
+
+/**
+ * Moves up to `n` of this submitter's completions, oldest first (the
+ * order it submitted the descriptors), into `out[0..n]`;
+ * `*out_count` (0 to `n`) is how many. Never waits; one call frees their
+ * credits. Allocation-free.
+ *
+ * Errors leave `out` and `*out_count` unwritten: `NULL_PARAMETER`,
+ * `INVALID_HANDLE`, `RESOURCE_BUSY` (another thread is using this
+ * submitter), `INVALID_ARGUMENT` (a misaligned or oversized `out`).
+ *
+ * # Safety
+ * `out` is valid for writes of `n` `rdd_submit_completion`; `out_count`
+ * for a write of one `size_t`.
+ */
+rdd_status rdd_submit_reap(struct rdd_submitter *sub,
+                           struct rdd_submit_completion *out,
+                           size_t n,
+                           size_t *out_count);
+
+/**
+ * The submitter's id (`*out_id`, below `RDD_SUBMIT_MAX_SUBMITTERS`; a
+ * freed id is given to the next registration) and its descriptors in flight,
+ * submitted and not yet reaped (`*out_in_flight`).
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the
+ * submitter is in use by a post or reap on another thread).
+ *
+ * # Safety
+ * `out_id` is valid for a write of one `uint32_t`, `out_in_flight` of
+ * one `size_t`.
+ */
+rdd_status rdd_submit_query(const struct rdd_submitter *sub,
+                            uint32_t *out_id,
+                            size_t *out_in_flight);
+
+/**
+ * Drains up to `max_batch` descriptors from the submission ring and posts
+ * them to the service's QP as RDMA WRITEs with one `rdd_qp_post_send`
+ * call: one doorbell for the batch. The batch's last WR (and any
+ * descriptor with `RDD_SEND_SIGNALED`) asks for a completion; the ones
+ * before it complete with it. `*out_posted` is the number of WRs posted
+ * (0 when nothing was queued, or no room was left).
+ *
+ * Posting stops at `max_outstanding` WRs in flight on the QP, and when
+ * the QP's send queue (or an unguarded CQ) is full: what was drained and
+ * not posted stays held inside the service, in order, and goes first in
+ * the next drain (`qp_full` and `held` in the counters). A QP in ERROR
+ * (after an error completion) still takes posts, and the device
+ * completes them with `RDD_WC_WR_FLUSH_ERR`.
+ *
+ * Call it from the poll-mode thread only. Errors (`*out_posted`
+ * unwritten): `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`
+ * (another poll-mode call is running on this service, or another thread
+ * is using its QP), `NO_SUCH_OBJECT` (the QP was destroyed: see
+ * `rdd_submit_flush`), `INVALID_QP_STATE` (the QP is not connected yet).
+ * Drained descriptors stay held on every error. A drain that has nothing
+ * to post (or no room) does not touch the QP, so it reports neither of
+ * the last two.
+ *
+ * # Safety
+ * `out_posted` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_submit_drain(struct rdd_submit_service *svc,
+                            size_t *out_posted);
+
+/**
+ * Polls the service's CQ once (up to `RDD_SUBMIT_POLL_BATCH` CQEs) and
+ * hands every descriptor they complete to its submitter's completion
+ * ring; `*out_completed` is how many descriptors were completed. One CQE
+ * completes every WR up to its own (RC completes in order): the
+ * unsignaled ones before it succeeded, unless the QP had already failed,
+ * in which case they are `RDD_WC_WR_FLUSH_ERR`. Completions that are not
+ * the service's (a receive, a WR it did not post) are skipped.
+ *
+ * Call it from the poll-mode thread only. Errors (`*out_completed`
+ * unwritten): `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`
+ * (another poll-mode call is running on this service, or another thread
+ * is using its QP or CQ), `NO_SUCH_OBJECT` (the QP was destroyed: see
+ * `rdd_submit_flush`), `INVALID_ARGUMENT` (another QP was created on the
+ * CQ), `CQE_CORRUPT`.
+ *
+ * # Safety
+ * `out_completed` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_submit_complete(struct rdd_submit_service *svc,
+                               size_t *out_completed);
+
+/**
+ * For a service whose QP was destroyed first: completes every descriptor
+ * the service still holds (posted and not completed, drained and not
+ * posted, queued in the ring) with `RDD_WC_WR_FLUSH_ERR`;
+ * `*out_flushed` is how many. After `rdd_qp_destroy` returns the device
+ * touches none of their buffers, so they are safe to reuse once reaped;
+ * the submitters then reap, unregister, and the service can be
+ * destroyed. Descriptors submitted later are flushed by the next call
+ * (`rdd_submit_drain` reports `NO_SUCH_OBJECT` from now on).
+ *
+ * Call it from the poll-mode thread only. Errors (`*out_flushed`
+ * unwritten, nothing flushed): `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (the QP still exists, or another poll-mode call is
+ * running on this service).
+ *
+ * # Safety
+ * `out_flushed` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_submit_flush(struct rdd_submit_service *svc,
+                            size_t *out_flushed);
+
+/**
+ * The service's per-stage counters (see `rdd_submit_counters`), from any
+ * thread, at any time: a relaxed snapshot that never waits for the
+ * threads that update them.
+ *
+ * Errors: `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the
+ * service is being destroyed).
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_submit_counters`.
+ */
+rdd_status rdd_submit_stats(const struct rdd_submit_service *svc,
+                            struct rdd_submit_counters *out);
 
 #ifdef __cplusplus
 }  // extern "C"

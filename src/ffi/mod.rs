@@ -64,6 +64,9 @@ pub mod expose;
 pub mod object;
 #[cfg(feature = "soft")]
 pub mod pool;
+// The poll-mode submission service (`ring::submit` over an object QP).
+#[cfg(feature = "soft")]
+pub mod submit;
 
 #[cfg(feature = "soft")]
 pub use expose::*;
@@ -73,4 +76,6 @@ pub use object::*;
 #[cfg(feature = "soft")]
 pub use pool::*;
 pub use status::*;
+#[cfg(feature = "soft")]
+pub use submit::*;
 pub use wr::*;
