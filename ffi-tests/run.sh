@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CI entry point for the C ABI tests:
 #  1. builds the release staticlib, then builds and runs every C/C++ test
-#     and the C example, plain and under ASan+UBSan (make check);
-#  2. installs the library with scripts/install.sh into a temporary PREFIX
+#     and the C examples, plain and under ASan+UBSan (make check);
+#  2. builds a ThreadSanitizer-instrumented staticlib with the pinned
+#     nightly and runs the threaded submission-service test and example
+#     under TSan (make check-tsan; the first build takes about 4 minutes);
+#  3. installs the library with scripts/install.sh into a temporary PREFIX
 #     and builds the C examples (examples/c/pingpong.c, write_bw.c) the way
 #     a user would, with `cc ... $(pkg-config --cflags --libs rdma-direct)`,
 #     then runs them on the software device, and checks that `--device`
@@ -15,6 +18,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 make -C "$here" check
+
+# shellcheck source=scripts/toolchains.sh
+. "$root/scripts/toolchains.sh"
+rdd_ensure_nightly
+make -C "$here" check-tsan NIGHTLY="$RDD_NIGHTLY"
 
 echo "== install into a temporary prefix and build with pkg-config"
 prefix=$(mktemp -d "${TMPDIR:-/tmp}/rdd-prefix.XXXXXX")
