@@ -201,8 +201,8 @@ unsafe impl Send for Core {}
 unsafe impl Sync for Core {}
 
 impl Core {
-    /// A new core for QP `qp` completing on `cq`; allocates everything the
-    /// service will use. `doorbells` is the QP's doorbell count now.
+    /// A new core for the QP and CQ of `bind`; allocates everything the
+    /// service will use.
     pub(super) fn new(bind: Binding) -> Result<Core, rdd_status> {
         let mut b = Box::<Svc>::new_uninit();
         // SAFETY: the box is valid for writes of one `Svc` and aligned.
@@ -405,7 +405,6 @@ impl PollGuard<'_> {
             let last = if i + 1 == k { RDD_SEND_SIGNALED } else { 0 };
             st.wrs[i] = rdd_wr {
                 wr_id: seq,
-                sg_list: &st.sges[i],
                 flags: (d.flags & RDD_SUBMIT_DESC_FLAGS) | last,
                 remote_addr: d.remote_addr,
                 rkey: d.rkey,
@@ -415,6 +414,12 @@ impl PollGuard<'_> {
                 from: s.from,
                 wr_id: d.wr_id,
             };
+        }
+        // Each WR's one-entry SGE list, now that `sges` is written.
+        let sges = st.sges.as_ptr();
+        for (i, w) in st.wrs[..k].iter_mut().enumerate() {
+            // SAFETY: `i < k <= MAX_BATCH`, inside `sges`.
+            w.sg_list = unsafe { sges.add(i) };
         }
         let mut bad = 0usize;
         // SAFETY: `wrs[0..k]` are initialised requests whose one-entry SGE
