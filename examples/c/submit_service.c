@@ -323,10 +323,10 @@ int main(int argc, char **argv)
     }
     qsort(all, total, sizeof(*all), cmp_u64);
 
-    printf("submit_service: %lu RDMA WRITEs of %u bytes from %u worker threads in %.3f s "
+    printf("submit_service: %lu RDMA WRITEs of %u bytes from %u worker thread%s in %.3f s "
            "(%.2f M writes/s, %s mode)\n",
-           total, g.bytes, g.workers, (double)elapsed / 1e9, (double)total / ((double)elapsed / 1e3),
-           g.step_mode ? "step" : "thread");
+           total, g.bytes, g.workers, g.workers == 1 ? "" : "s", (double)elapsed / 1e9,
+           (double)total / ((double)elapsed / 1e3), g.step_mode ? "step" : "thread");
     printf("submit_service: measured: latency from rdd_submit_post to the completion reaped by\n"
            "submit_service:   the same worker (ring, drain, post, device, CQ poll, routing, reap)\n"
            "submit_service:   with each worker keeping up to %lu WRITEs in flight, the wall time\n"
@@ -338,9 +338,10 @@ int main(int argc, char **argv)
     {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         unsigned pollers = g.workers + 1 + (g.step_mode ? 0u : 1u);
-        printf("submit_service: %ld cores available, %u busy-polling threads (%u workers, the "
+        printf("submit_service: %ld cores available, %u busy-polling threads (%u worker%s, the "
                "poll-mode thread%s; idle ones call sched_yield)\n",
-               cores, pollers, g.workers, g.step_mode ? "" : ", the device thread");
+               cores, pollers, g.workers, g.workers == 1 ? "" : "s",
+               g.step_mode ? "" : ", the device thread");
         if (cores > 0 && (long)pollers > cores) {
             printf("submit_service: WARNING: more busy-polling threads than cores: the figures\n"
                    "submit_service:   include scheduler hand-offs and vary widely between runs\n");
