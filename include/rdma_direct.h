@@ -290,6 +290,17 @@
 #define RDD_WC_FLAG_WITH_INV 8
 
 /**
+ * `flags` of the per-opcode posts (`rdd_mlx5_sq_write` and friends,
+ * `rdd_mlx5_rq_recv`): write the WQE but do not ring the doorbell; a
+ * later call without this bit, or `rdd_mlx5_sq_ring` (`rdd_mlx5_rq_ring`
+ * for receives), rings it for every pending WQE. Bit 30, far from the
+ * `RDD_SEND_*` / `IBV_SEND_*` bits (which grow from bit 0) and still a
+ * plain `int` constant in C; it is not a work-request flag, so
+ * `rdd_wr.flags` refuses it (`INVALID_FLAGS`).
+ */
+#define RDD_SEND_DEFER_DOORBELL 1073741824
+
+/**
  * Rights of an exposure: RDMA READ only.
  */
 #define RDD_REMOTE_READ 1
@@ -1816,10 +1827,246 @@ rdd_status rdd_mlx5_rq_post(struct rdd_mlx5_rq_storage *rq,
                             size_t *out_bad_index);
 
 /**
+ * RDMA WRITE of `length` bytes at `laddr` (key `lkey`) to `raddr` (key
+ * `rkey`): one WQE, the equivalent of `rdd_mlx5_sq_post` of an `rdd_wr`
+ * with opcode `RDD_WR_RDMA_WRITE` and one SGE, and byte for byte the same
+ * WQE. `length` 0 is allowed (a zero-length SGE is skipped, so the WQE
+ * has no data segment, as for the `rdd_wr`).
+ *
+ * `flags`: `RDD_SEND_FENCE`, `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`,
+ * `RDD_SEND_DEFER_DOORBELL`. Without `RDD_SEND_DEFER_DOORBELL` the call
+ * rings the doorbell after writing, for this WQE and every pending one
+ * (`ibv_post_send` of one WR); with it the WQE waits for a later call
+ * without the bit or `rdd_mlx5_sq_ring` (the batch form: N-1 deferred
+ * calls, then one that rings, as `ibv_wr_start` / `ibv_wr_*` /
+ * `ibv_wr_complete`).
+ *
+ * A refused request writes nothing (ring, side table, doorbell record and
+ * register are exactly as before) and rings nothing: WQEs deferred
+ * earlier stay pending. Statuses: `OK`; `NULL_PARAMETER` (`sq` NULL);
+ * `INVALID_HANDLE` (`sq` never initialised, finalised, moved or copied,
+ * or misaligned); `INVALID_FLAGS` (any other bit, `RDD_SEND_INLINE`
+ * included: use `rdd_mlx5_sq_write_inline`); `TOO_MANY_SGES` (the queue
+ * was initialised with `max_send_sge` 0); `LENGTH_OVERFLOW` (`length` of
+ * 2^31 or more); `SQ_FULL` (no room in the ring: poll the CQ);
+ * `INVALID_QP_STATE` (the queue does not accept sends).
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `laddr..laddr+length` is registered
+ * memory (`lkey`) the device may read until the request completes.
+ */
+rdd_status rdd_mlx5_sq_write(struct rdd_mlx5_sq_storage *sq,
+                             uint64_t wr_id,
+                             uint64_t laddr,
+                             uint32_t length,
+                             uint32_t lkey,
+                             uint64_t raddr,
+                             uint32_t rkey,
+                             uint32_t flags);
+
+/**
+ * RDMA WRITE with immediate: as `rdd_mlx5_sq_write`, and the responder
+ * consumes a receive that completes with `imm` (host order, sent
+ * big-endian). Equivalent to an `rdd_wr` with opcode
+ * `RDD_WR_RDMA_WRITE_WITH_IMM`. Same flags, statuses and doorbell rules
+ * as `rdd_mlx5_sq_write`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_write`.
+ */
+rdd_status rdd_mlx5_sq_write_imm(struct rdd_mlx5_sq_storage *sq,
+                                 uint64_t wr_id,
+                                 uint64_t laddr,
+                                 uint32_t length,
+                                 uint32_t lkey,
+                                 uint64_t raddr,
+                                 uint32_t rkey,
+                                 uint32_t imm,
+                                 uint32_t flags);
+
+/**
+ * RDMA READ of `length` bytes at `raddr` (key `rkey`) into `laddr` (key
+ * `lkey`). Equivalent to an `rdd_wr` with opcode `RDD_WR_RDMA_READ` and
+ * one SGE. Same flags, statuses and doorbell rules as
+ * `rdd_mlx5_sq_write`.
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `laddr..laddr+length` is registered
+ * memory the device may write until the request completes.
+ */
+rdd_status rdd_mlx5_sq_read(struct rdd_mlx5_sq_storage *sq,
+                            uint64_t wr_id,
+                            uint64_t laddr,
+                            uint32_t length,
+                            uint32_t lkey,
+                            uint64_t raddr,
+                            uint32_t rkey,
+                            uint32_t flags);
+
+/**
+ * SEND of `length` bytes at `laddr` (key `lkey`). Equivalent to an
+ * `rdd_wr` with opcode `RDD_WR_SEND` and one SGE. Same flags, statuses
+ * and doorbell rules as `rdd_mlx5_sq_write`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_write`.
+ */
+rdd_status rdd_mlx5_sq_send(struct rdd_mlx5_sq_storage *sq,
+                            uint64_t wr_id,
+                            uint64_t laddr,
+                            uint32_t length,
+                            uint32_t lkey,
+                            uint32_t flags);
+
+/**
+ * SEND with immediate `imm` (host order). Equivalent to an `rdd_wr` with
+ * opcode `RDD_WR_SEND_WITH_IMM` and one SGE. Same flags, statuses and
+ * doorbell rules as `rdd_mlx5_sq_write`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_write`.
+ */
+rdd_status rdd_mlx5_sq_send_imm(struct rdd_mlx5_sq_storage *sq,
+                                uint64_t wr_id,
+                                uint64_t laddr,
+                                uint32_t length,
+                                uint32_t lkey,
+                                uint32_t imm,
+                                uint32_t flags);
+
+/**
+ * RDMA WRITE of `length` bytes copied from `data` into the WQE (no
+ * memory key; `data` may be reused as soon as the call returns) to
+ * `raddr` (key `rkey`). Equivalent to an `rdd_wr` with opcode
+ * `RDD_WR_RDMA_WRITE`, `RDD_SEND_INLINE` and one payload piece.
+ *
+ * `flags` as for `rdd_mlx5_sq_write`, plus `RDD_SEND_INLINE` (implied,
+ * allowed). Statuses: those of `rdd_mlx5_sq_write` except
+ * `TOO_MANY_SGES`, plus `NULL_POINTER` (`data` NULL with `length` > 0;
+ * NULL with 0 is an empty payload), `INLINE_TOO_LARGE` (`length` above
+ * the queue's `max_inline_data`), `LENGTH_OVERFLOW` (`length` above
+ * 2^31), and on 32-bit targets `INVALID_ARGUMENT` (`length` above
+ * `PTRDIFF_MAX`).
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `data` is NULL or points to `length`
+ * readable bytes that are not inside the send ring.
+ */
+rdd_status rdd_mlx5_sq_write_inline(struct rdd_mlx5_sq_storage *sq,
+                                    uint64_t wr_id,
+                                    const void *data,
+                                    uint32_t length,
+                                    uint64_t raddr,
+                                    uint32_t rkey,
+                                    uint32_t flags);
+
+/**
+ * SEND of `length` bytes copied from `data` into the WQE. Equivalent to
+ * an `rdd_wr` with opcode `RDD_WR_SEND`, `RDD_SEND_INLINE` and one
+ * payload piece. Same flags, statuses and doorbell rules as
+ * `rdd_mlx5_sq_write_inline`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_write_inline`.
+ */
+rdd_status rdd_mlx5_sq_send_inline(struct rdd_mlx5_sq_storage *sq,
+                                   uint64_t wr_id,
+                                   const void *data,
+                                   uint32_t length,
+                                   uint32_t flags);
+
+/**
+ * 8-byte atomic FETCH_AND_ADD of `add` at `raddr` (key `rkey`, 8-byte
+ * aligned); the original value lands in the 8 bytes at `laddr` (key
+ * `lkey`). Equivalent to an `rdd_wr` with opcode
+ * `RDD_WR_ATOMIC_FETCH_AND_ADD`, `compare_add` = `add` and one SGE of 8
+ * bytes.
+ *
+ * Same flags and doorbell rules as `rdd_mlx5_sq_write`. Statuses: those
+ * of `rdd_mlx5_sq_write` except `LENGTH_OVERFLOW`, plus
+ * `ATOMIC_UNALIGNED` (`raddr` not a multiple of 8).
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `laddr..laddr+8` is registered memory
+ * the device may write until the request completes.
+ */
+rdd_status rdd_mlx5_sq_fetch_add(struct rdd_mlx5_sq_storage *sq,
+                                 uint64_t wr_id,
+                                 uint64_t laddr,
+                                 uint32_t lkey,
+                                 uint64_t raddr,
+                                 uint32_t rkey,
+                                 uint64_t add,
+                                 uint32_t flags);
+
+/**
+ * 8-byte atomic COMPARE_AND_SWAP at `raddr` (key `rkey`, 8-byte
+ * aligned): if the remote value equals `compare`, `swap` is stored; the
+ * original value lands in the 8 bytes at `laddr` (key `lkey`).
+ * Equivalent to an `rdd_wr` with opcode `RDD_WR_ATOMIC_CMP_AND_SWP`,
+ * `compare_add` = `compare`, `swap` = `swap` and one SGE of 8 bytes.
+ * Same flags, statuses and doorbell rules as `rdd_mlx5_sq_fetch_add`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_fetch_add`.
+ */
+rdd_status rdd_mlx5_sq_cmp_swap(struct rdd_mlx5_sq_storage *sq,
+                                uint64_t wr_id,
+                                uint64_t laddr,
+                                uint32_t lkey,
+                                uint64_t raddr,
+                                uint32_t rkey,
+                                uint64_t compare,
+                                uint64_t swap,
+                                uint32_t flags);
+
+/**
+ * Posts one receive of up to `length` bytes into `laddr` (key `lkey`):
+ * the equivalent of `rdd_mlx5_rq_post` of one `rdd_recv_wr` with one
+ * SGE, and byte for byte the same WQE (`length` 0: the entry holds only
+ * the terminator, as for a zero-length SGE).
+ *
+ * `flags`: 0 or `RDD_SEND_DEFER_DOORBELL`. Without it the doorbell record
+ * is updated before returning, publishing this receive and every pending
+ * one; with it the receive waits for a later call without the bit or
+ * `rdd_mlx5_rq_ring`.
+ *
+ * A refused request writes nothing and publishes nothing (deferred
+ * receives stay pending). Statuses: `OK`; `NULL_PARAMETER` (`rq` NULL);
+ * `INVALID_HANDLE` (`rq` not a live handle); `INVALID_FLAGS` (any other
+ * bit); `INVALID_QP_STATE` (the queue does not accept receives);
+ * `TOO_MANY_SGES` (the queue was initialised with `max_recv_sge` 0);
+ * `LENGTH_OVERFLOW` (`length` of 2^31 or more); `RQ_FULL`.
+ *
+ * # Safety
+ * `rq` as for `rdd_mlx5_rq_fini`; `laddr..laddr+length` is registered
+ * memory the device may write until the receive completes.
+ */
+rdd_status rdd_mlx5_rq_recv(struct rdd_mlx5_rq_storage *rq,
+                            uint64_t wr_id,
+                            uint64_t laddr,
+                            uint32_t length,
+                            uint32_t lkey,
+                            uint32_t flags);
+
+/**
+ * Publishes every receive posted since the last doorbell-record update
+ * (those left pending by `rdd_mlx5_rq_recv` with
+ * `RDD_SEND_DEFER_DOORBELL`): a to-device barrier, then the record.
+ * Does nothing if nothing is pending. Statuses: `OK`, `NULL_PARAMETER`,
+ * `INVALID_HANDLE`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_rq_fini`.
+ */
+rdd_status rdd_mlx5_rq_ring(struct rdd_mlx5_rq_storage *rq);
+
+/**
  * Initialises a completion-queue handle in `cq` over the CQ `dv`
  * describes, with consumer index 0 (a CQ that nothing has polled yet;
- * its entries must be in their creation state: opcode INVALID, owner 0).
- * Same storage and error rules as `rdd_mlx5_sq_init`.
+ * its entries must be in their creation state: opcode INVALID, owner 0)
+ * and no queues bound (`rdd_mlx5_cq_bind`). Same storage and error rules
+ * as `rdd_mlx5_sq_init`.
  *
  * # Safety
  * `cq` is valid for writes of one `rdd_mlx5_cq_storage`; `dv` is valid
@@ -1831,7 +2078,8 @@ rdd_status rdd_mlx5_cq_init(struct rdd_mlx5_cq_storage *cq,
                             const struct rdd_mlx5dv_cq *dv);
 
 /**
- * Finalises a completion-queue handle (see `rdd_mlx5_sq_fini`).
+ * Finalises a completion-queue handle (see `rdd_mlx5_sq_fini`); this
+ * also releases the queues bound to it (`rdd_mlx5_cq_bind`).
  *
  * # Safety
  * `cq` is NULL or valid for reads and writes of one
@@ -1886,6 +2134,83 @@ rdd_status rdd_mlx5_cq_arm(struct rdd_mlx5_cq_storage *cq,
  * As for `rdd_mlx5_cq_fini`.
  */
 rdd_status rdd_mlx5_cq_event_consumed(struct rdd_mlx5_cq_storage *cq);
+
+/**
+ * Binds the send and receive queue handles of one QP to the CQ handle,
+ * replacing any earlier binding, so that `rdd_mlx5_cq_poll_bound` needs
+ * the CQ alone. The CQ keeps the two storage addresses: both storages
+ * must stay allocated and in place (never freed, moved or copied) until
+ * the binding ends, by `rdd_mlx5_cq_unbind`, another `rdd_mlx5_cq_bind`,
+ * `rdd_mlx5_cq_init` or `rdd_mlx5_cq_fini` on the CQ. Finalising a bound
+ * queue is allowed: later bound polls return `-RDD_STATUS_INVALID_HANDLE`
+ * until it is initialised again (then they poll the new queue) or the CQ
+ * is bound to other queues. One SQ/RQ pair may be bound to several CQs
+ * (a QP whose send and receive CQs differ).
+ *
+ * Statuses: `OK`; `NULL_PARAMETER` (any of the three NULL);
+ * `INVALID_HANDLE` (any of the three not a live handle of its kind).
+ * Nothing is changed on failure.
+ *
+ * # Safety
+ * `cq`, `sq`, `rq` as for their `_fini`; `sq` and `rq` stay valid for
+ * reads and writes while bound, and are not used by another thread
+ * during a bound poll (a bound poll uses all three, as
+ * `rdd_mlx5_cq_poll` does).
+ */
+rdd_status rdd_mlx5_cq_bind(struct rdd_mlx5_cq_storage *cq,
+                            struct rdd_mlx5_sq_storage *sq,
+                            struct rdd_mlx5_rq_storage *rq);
+
+/**
+ * Ends the CQ handle's binding (`rdd_mlx5_cq_bind`); the queues may then
+ * be freed. Unbinding a CQ with nothing bound is allowed and does
+ * nothing. Statuses: `OK`, `NULL_PARAMETER`, `INVALID_HANDLE`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_cq_fini`.
+ */
+rdd_status rdd_mlx5_cq_unbind(struct rdd_mlx5_cq_storage *cq);
+
+/**
+ * Polls up to `n` completions of the QP bound to `cq` (`rdd_mlx5_cq_bind`)
+ * into `out[0..n]`, then updates the CQ's consumer-index record: the
+ * one-handle form of `rdd_mlx5_cq_poll`, with the same completion rules
+ * (CQEs of other QP numbers are consumed and skipped, unsignaled send
+ * WQEs retire without an entry, a corrupt CQE after good ones is left for
+ * the next call).
+ *
+ * Returns the number of entries written, 0..=`n` (0: the CQ is empty or
+ * `n` is 0), or a negative value `-(int32_t)s` for the `rdd_status` `s`
+ * of the failure, in which case nothing was written to `out`:
+ * - `-RDD_STATUS_NULL_PARAMETER`: `cq` or `out` is NULL (`out` must be
+ *   non-NULL even when `n` is 0);
+ * - `-RDD_STATUS_INVALID_HANDLE`: `cq` is not a live CQ handle, or a
+ *   bound queue's storage no longer holds a live handle of its kind
+ *   (finalised, or re-initialised as another kind);
+ * - `-RDD_STATUS_INVALID_ARGUMENT`: `out` is not aligned for `rdd_wc`,
+ *   or `n` is above `INT32_MAX`;
+ * - `-RDD_STATUS_NO_SUCH_OBJECT`: nothing is bound to `cq`;
+ * - `-RDD_STATUS_CQE_CORRUPT`: the first CQE was inconsistent (it was
+ *   consumed);
+ * - `-RDD_STATUS_CQE_COMPRESSED`: the CQ uses compression (unsupported;
+ *   nothing consumed);
+ * - `-RDD_STATUS_PANIC`: a caught panic (unwinding builds only).
+ *
+ * Only the CQ handle is checked in full; the bound queues' magic words
+ * are checked again (two compares), so a finalised bound queue is an
+ * error, never undefined behaviour.
+ *
+ * # Safety
+ * - `cq` as for `rdd_mlx5_cq_fini`; the bound storages are still
+ *   allocated and in place (the `rdd_mlx5_cq_bind` contract); the CQ and
+ *   the bound queues are not in use by another thread.
+ * - `out` is valid for writes of `n` `rdd_wc`.
+ * - Scatter-to-CQE data is copied into the buffers of the completed
+ *   requests, which must still be valid (the posting contract).
+ */
+int32_t rdd_mlx5_cq_poll_bound(struct rdd_mlx5_cq_storage *cq,
+                               struct rdd_wc *out,
+                               uint32_t n);
 
 /**
  * Exposes `len` bytes at `offset` of `mr` with only `rights`

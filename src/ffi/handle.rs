@@ -103,6 +103,33 @@ pub(crate) unsafe fn get<'a, S: HandleStorage>(
     Ok(unsafe { &mut (*slot).value })
 }
 
+/// [`get`] for a storage pointer that passed [`get`] before, so it is
+/// known to be non-NULL and aligned (a queue bound to a CQ handle): only
+/// the magic word is checked again. A storage that was finalised (zeroed)
+/// or re-initialised as another kind of handle since is still refused
+/// with `InvalidHandle`; one re-initialised as the same kind is a live
+/// handle again and is accepted.
+///
+/// # Safety
+/// `storage` must be non-NULL, aligned for `S` and valid for reads and
+/// writes of `size_of::<S>()` bytes, and the returned reference must be the
+/// only one into the storage while it is used.
+#[inline(always)]
+pub(crate) unsafe fn get_again<'a, S: HandleStorage>(
+    storage: *mut S,
+) -> Result<&'a mut S::Value, rdd_status> {
+    let slot = storage.cast::<Slot<S::Value>>();
+    // SAFETY: valid for reads and aligned (caller contract); the magic word
+    // is a plain integer at offset 0 of the slot. Volatile, as in `get`.
+    let magic = unsafe { ptr::read_volatile(ptr::addr_of!((*slot).magic)) };
+    if magic != magic_for(storage) {
+        return Err(rdd_status::InvalidHandle);
+    }
+    // SAFETY: as in `get`: the magic word matches, so a valid value is
+    // live at this address; exclusivity is the caller's contract.
+    Ok(unsafe { &mut (*slot).value })
+}
+
 /// Drops the live value in `storage` and zeroes the whole storage.
 ///
 /// # Safety

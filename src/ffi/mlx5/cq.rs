@@ -5,7 +5,9 @@ use core::slice;
 
 use super::check_array;
 use super::desc::{rdd_mlx5dv_cq, RDD_MLX5_CQ_ARM_SOLICITED};
-use super::storage::{rdd_mlx5_cq_storage, rdd_mlx5_rq_storage, rdd_mlx5_sq_storage};
+use super::storage::{
+    cq_binding, rdd_mlx5_cq_storage, rdd_mlx5_rq_storage, rdd_mlx5_sq_storage, CqBinding,
+};
 use super::wc::rdd_wc;
 use crate::ffi::handle;
 use crate::ffi::status::rdd_status;
@@ -16,9 +18,9 @@ use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues, RecvQueue, SendQ
 // ---------------------------------------------------------------------
 
 /// The route of a CQ that serves one QP, borrowing its two queues.
-struct SingleQp<'q> {
-    sq: &'q mut SendQueue,
-    rq: &'q mut RecvQueue,
+pub(super) struct SingleQp<'q> {
+    pub(super) sq: &'q mut SendQueue,
+    pub(super) rq: &'q mut RecvQueue,
 }
 
 impl CqRoute for SingleQp<'_> {
@@ -37,8 +39,9 @@ impl CqRoute for SingleQp<'_> {
 
 /// Initialises a completion-queue handle in `cq` over the CQ `dv`
 /// describes, with consumer index 0 (a CQ that nothing has polled yet;
-/// its entries must be in their creation state: opcode INVALID, owner 0).
-/// Same storage and error rules as `rdd_mlx5_sq_init`.
+/// its entries must be in their creation state: opcode INVALID, owner 0)
+/// and no queues bound (`rdd_mlx5_cq_bind`). Same storage and error rules
+/// as `rdd_mlx5_sq_init`.
 ///
 /// # Safety
 /// `cq` is valid for writes of one `rdd_mlx5_cq_storage`; `dv` is valid
@@ -61,11 +64,15 @@ pub unsafe extern "C" fn rdd_mlx5_cq_init(
         };
         // SAFETY: `cq` is non-NULL and valid for writes (caller contract).
         try_status!(unsafe { handle::install(cq, queue) });
+        // SAFETY: `cq` is non-NULL, aligned (`install` checked) and valid
+        // for writes; the binding lies after the handle's slot.
+        unsafe { cq_binding(cq).write(CqBinding::NONE) };
         rdd_status::Ok
     })
 }
 
-/// Finalises a completion-queue handle (see `rdd_mlx5_sq_fini`).
+/// Finalises a completion-queue handle (see `rdd_mlx5_sq_fini`); this
+/// also releases the queues bound to it (`rdd_mlx5_cq_bind`).
 ///
 /// # Safety
 /// `cq` is NULL or valid for reads and writes of one

@@ -18,17 +18,26 @@ mod sq;
 
 mod rq;
 
+mod ops;
+
 mod cq;
+
+mod bound;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_ops;
 
 use core::mem::{align_of, size_of};
 
 use crate::ffi::status::rdd_status;
 
+pub use bound::*;
 pub use cq::*;
 pub use desc::*;
+pub use ops::*;
 pub use rq::*;
 pub use sq::*;
 pub use storage::*;

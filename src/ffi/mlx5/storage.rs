@@ -82,6 +82,51 @@ unsafe impl HandleStorage for rdd_mlx5_cq_storage {
     const TAG: u64 = 0x5244_445f_4d35_4351; // "RDD_M5CQ"
 }
 
+// ---------------------------------------------------------------------
+// The queues bound to a CQ handle
+// ---------------------------------------------------------------------
+
+/// The send and receive queue handles bound to a CQ handle
+/// (`rdd_mlx5_cq_bind`), kept in the last bytes of its
+/// `rdd_mlx5_cq_storage`, after the handle's [`Slot`]. Both NULL: nothing
+/// is bound (the state `rdd_mlx5_cq_init` leaves; `rdd_mlx5_cq_fini`
+/// zeroes the whole storage).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) struct CqBinding {
+    /// The bound send queue's storage, or NULL.
+    pub(super) sq: *mut rdd_mlx5_sq_storage,
+    /// The bound receive queue's storage (NULL exactly when `sq` is).
+    pub(super) rq: *mut rdd_mlx5_rq_storage,
+}
+
+impl CqBinding {
+    /// Nothing bound.
+    pub(super) const NONE: CqBinding = CqBinding {
+        sq: core::ptr::null_mut(),
+        rq: core::ptr::null_mut(),
+    };
+}
+
+/// Offset of the [`CqBinding`] inside `rdd_mlx5_cq_storage`.
+const CQ_BINDING_OFFSET: usize = RDD_MLX5_CQ_STORAGE_SIZE - size_of::<CqBinding>();
+
+const_assert!(size_of::<Slot<CompletionQueue>>() <= CQ_BINDING_OFFSET);
+const_assert_eq!(CQ_BINDING_OFFSET % align_of::<CqBinding>(), 0);
+
+/// The binding slot of the CQ storage at `cq` (pointer arithmetic only:
+/// nothing is read or written).
+///
+/// # Safety
+/// `cq` points to one `rdd_mlx5_cq_storage` (it is non-NULL and aligned:
+/// the caller checked it, for example with `handle::get`).
+#[inline(always)]
+pub(super) unsafe fn cq_binding(cq: *mut rdd_mlx5_cq_storage) -> *mut CqBinding {
+    // SAFETY: the offset is inside the storage (asserted above) and keeps
+    // the 16-byte alignment of the storage a multiple of the binding's.
+    unsafe { cq.cast::<u8>().add(CQ_BINDING_OFFSET).cast::<CqBinding>() }
+}
+
 /// One entry of a send queue's side table (one per basic block of the
 /// ring): caller-provided memory the send queue writes at post time and
 /// reads at completion time. Its content is private.

@@ -1,0 +1,200 @@
+//! One-handle polls: the SQ and RQ handles bound to a CQ handle once
+//! (`rdd_mlx5_cq_bind`), then `rdd_mlx5_cq_poll_bound` with the CQ alone,
+//! returning the count directly.
+//!
+//! # What a bound queue's finalisation does
+//!
+//! The binding records the two storage addresses in the CQ storage
+//! ([`CqBinding`]). Each bound poll checks the CQ handle in full, then
+//! checks the magic word of both bound storages again (one load and one
+//! compare each: [`handle::get_again`]; their NULL and alignment checks
+//! were done at bind time and cannot change). A bound queue that was
+//! finalised (its storage is zeroed) or re-initialised as another kind of
+//! handle is therefore refused with `INVALID_HANDLE`, and one
+//! re-initialised as a queue of the same kind is polled as that new
+//! queue: never undefined behaviour, provided the storages stay allocated
+//! and in place while bound (the documented contract).
+//!
+//! The alternative, refusing `_fini` of a bound queue with
+//! `RESOURCE_BUSY`, would save those two compares per poll but needs a
+//! bound count in the SQ/RQ storage that `_init` must keep: `_init` would
+//! have to read storage it may legitimately receive uninitialised, and a
+//! re-`_init` over a bound queue (allowed today) would reset the count and
+//! let a later `_fini` leave the binding dangling. The re-check is a few
+//! instructions (the `abi_poll_bound_*` rows of `scripts/bench.sh`) and
+//! covers every misuse short of freeing or moving the storage.
+
+use core::slice;
+
+use super::check_array;
+use super::cq::SingleQp;
+use super::storage::{
+    cq_binding, rdd_mlx5_cq_storage, rdd_mlx5_rq_storage, rdd_mlx5_sq_storage, CqBinding,
+};
+use super::wc::rdd_wc;
+use crate::ffi::handle;
+use crate::ffi::status::rdd_status;
+use crate::provider::mlx5::Wc;
+
+/// A bound poll's error return: `-(int32_t)status`.
+#[inline(always)]
+const fn neg(s: rdd_status) -> i32 {
+    // Statuses are below 2^31 (at most 2099), so the negation fits.
+    -(s as u32 as i32)
+}
+
+#[cfg(feature = "std")]
+impl crate::ffi::macros::PanicValue for i32 {
+    #[inline]
+    fn panic_value() -> Self {
+        neg(rdd_status::Panic)
+    }
+}
+
+/// Binds the send and receive queue handles of one QP to the CQ handle,
+/// replacing any earlier binding, so that `rdd_mlx5_cq_poll_bound` needs
+/// the CQ alone. The CQ keeps the two storage addresses: both storages
+/// must stay allocated and in place (never freed, moved or copied) until
+/// the binding ends, by `rdd_mlx5_cq_unbind`, another `rdd_mlx5_cq_bind`,
+/// `rdd_mlx5_cq_init` or `rdd_mlx5_cq_fini` on the CQ. Finalising a bound
+/// queue is allowed: later bound polls return `-RDD_STATUS_INVALID_HANDLE`
+/// until it is initialised again (then they poll the new queue) or the CQ
+/// is bound to other queues. One SQ/RQ pair may be bound to several CQs
+/// (a QP whose send and receive CQs differ).
+///
+/// Statuses: `OK`; `NULL_PARAMETER` (any of the three NULL);
+/// `INVALID_HANDLE` (any of the three not a live handle of its kind).
+/// Nothing is changed on failure.
+///
+/// # Safety
+/// `cq`, `sq`, `rq` as for their `_fini`; `sq` and `rq` stay valid for
+/// reads and writes while bound, and are not used by another thread
+/// during a bound poll (a bound poll uses all three, as
+/// `rdd_mlx5_cq_poll` does).
+#[no_mangle]
+pub unsafe extern "C" fn rdd_mlx5_cq_bind(
+    cq: *mut rdd_mlx5_cq_storage,
+    sq: *mut rdd_mlx5_sq_storage,
+    rq: *mut rdd_mlx5_rq_storage,
+) -> rdd_status {
+    ffi_boundary!({
+        // SAFETY: caller contract on the three handles; each reference is
+        // dropped before the next is made (only the checks matter here).
+        unsafe {
+            try_status!(handle::get(cq).map(|_| ()));
+            try_status!(handle::get(sq).map(|_| ()));
+            try_status!(handle::get(rq).map(|_| ()));
+        }
+        // SAFETY: `cq` is a live handle, so non-NULL and aligned; the
+        // binding lies after the handle's slot.
+        unsafe { cq_binding(cq).write(CqBinding { sq, rq }) };
+        rdd_status::Ok
+    })
+}
+
+/// Ends the CQ handle's binding (`rdd_mlx5_cq_bind`); the queues may then
+/// be freed. Unbinding a CQ with nothing bound is allowed and does
+/// nothing. Statuses: `OK`, `NULL_PARAMETER`, `INVALID_HANDLE`.
+///
+/// # Safety
+/// As for `rdd_mlx5_cq_fini`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_mlx5_cq_unbind(cq: *mut rdd_mlx5_cq_storage) -> rdd_status {
+    ffi_boundary!({
+        // SAFETY: caller contract.
+        try_status!(unsafe { handle::get(cq) }.map(|_| ()));
+        // SAFETY: a live handle: non-NULL, aligned, binding after the slot.
+        unsafe { cq_binding(cq).write(CqBinding::NONE) };
+        rdd_status::Ok
+    })
+}
+
+/// Polls up to `n` completions of the QP bound to `cq` (`rdd_mlx5_cq_bind`)
+/// into `out[0..n]`, then updates the CQ's consumer-index record: the
+/// one-handle form of `rdd_mlx5_cq_poll`, with the same completion rules
+/// (CQEs of other QP numbers are consumed and skipped, unsignaled send
+/// WQEs retire without an entry, a corrupt CQE after good ones is left for
+/// the next call).
+///
+/// Returns the number of entries written, 0..=`n` (0: the CQ is empty or
+/// `n` is 0), or a negative value `-(int32_t)s` for the `rdd_status` `s`
+/// of the failure, in which case nothing was written to `out`:
+/// - `-RDD_STATUS_NULL_PARAMETER`: `cq` or `out` is NULL (`out` must be
+///   non-NULL even when `n` is 0);
+/// - `-RDD_STATUS_INVALID_HANDLE`: `cq` is not a live CQ handle, or a
+///   bound queue's storage no longer holds a live handle of its kind
+///   (finalised, or re-initialised as another kind);
+/// - `-RDD_STATUS_INVALID_ARGUMENT`: `out` is not aligned for `rdd_wc`,
+///   or `n` is above `INT32_MAX`;
+/// - `-RDD_STATUS_NO_SUCH_OBJECT`: nothing is bound to `cq`;
+/// - `-RDD_STATUS_CQE_CORRUPT`: the first CQE was inconsistent (it was
+///   consumed);
+/// - `-RDD_STATUS_CQE_COMPRESSED`: the CQ uses compression (unsupported;
+///   nothing consumed);
+/// - `-RDD_STATUS_PANIC`: a caught panic (unwinding builds only).
+///
+/// Only the CQ handle is checked in full; the bound queues' magic words
+/// are checked again (two compares), so a finalised bound queue is an
+/// error, never undefined behaviour.
+///
+/// # Safety
+/// - `cq` as for `rdd_mlx5_cq_fini`; the bound storages are still
+///   allocated and in place (the `rdd_mlx5_cq_bind` contract); the CQ and
+///   the bound queues are not in use by another thread.
+/// - `out` is valid for writes of `n` `rdd_wc`.
+/// - Scatter-to-CQE data is copied into the buffers of the completed
+///   requests, which must still be valid (the posting contract).
+#[no_mangle]
+pub unsafe extern "C" fn rdd_mlx5_cq_poll_bound(
+    cq: *mut rdd_mlx5_cq_storage,
+    out: *mut rdd_wc,
+    n: u32,
+) -> i32 {
+    ffi_boundary!({
+        // SAFETY: caller contract.
+        let queue = match unsafe { handle::get(cq) } {
+            Ok(q) => q,
+            Err(s) => return neg(s),
+        };
+        if n > i32::MAX as u32 {
+            return neg(rdd_status::InvalidArgument);
+        }
+        if let Err(s) = check_array(out.cast_const(), n as usize) {
+            return neg(s);
+        }
+        // SAFETY: `cq` is a live handle (non-NULL, aligned); the binding
+        // lies after the handle's slot, apart from `queue`'s bytes.
+        let b = unsafe { cq_binding(cq).read() };
+        if b.sq.is_null() {
+            return neg(rdd_status::NoSuchObject);
+        }
+        // SAFETY: `rdd_mlx5_cq_bind` checked both pointers (non-NULL,
+        // aligned) and they stay valid while bound (caller contract). The
+        // three references do not alias: each storage holds the magic word
+        // of its own kind (just checked), so they are distinct objects.
+        let (sq, rq) = unsafe {
+            match (handle::get_again(b.sq), handle::get_again(b.rq)) {
+                (Ok(sq), Ok(rq)) => (sq, rq),
+                _ => return neg(rdd_status::InvalidHandle),
+            }
+        };
+        let mut route = SingleQp { sq, rq };
+        let polled = if n == 1 {
+            // One entry: the poller's one-slot path, known at compile time.
+            // SAFETY: `out` is non-NULL, aligned and valid for one write
+            // (checked / caller contract); `rdd_wc` has the layout of `Wc`
+            // (asserted) and every bit pattern is a valid `Wc`.
+            let one = unsafe { &mut *out.cast::<[Wc; 1]>() };
+            queue.poll(&mut route, one)
+        } else {
+            // SAFETY: as above, for `n` entries.
+            let all = unsafe { slice::from_raw_parts_mut(out.cast::<Wc>(), n as usize) };
+            queue.poll(&mut route, all)
+        };
+        match polled {
+            // count <= n <= i32::MAX.
+            Ok(count) => count as i32,
+            Err(e) => neg(e.into()),
+        }
+    })
+}
