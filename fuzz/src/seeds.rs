@@ -518,6 +518,147 @@ fn cqe_seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
+/// Op codes of `raw_ops` (the op byte is taken modulo 16; 0..=8 are the
+/// nine per-opcode sends in the target's `KINDS` order).
+mod raw_op {
+    pub const WRITE: u8 = 0;
+    pub const WRITE_IMM: u8 = 1;
+    pub const READ: u8 = 2;
+    pub const SEND: u8 = 3;
+    pub const SEND_IMM: u8 = 4;
+    pub const WRITE_INLINE: u8 = 5;
+    pub const SEND_INLINE: u8 = 6;
+    pub const FETCH_ADD: u8 = 7;
+    pub const CMP_SWAP: u8 = 8;
+    pub const RECV: u8 = 9;
+    pub const RING_SQ: u8 = 10;
+    pub const RING_RQ: u8 = 11;
+    pub const SEND_CQE: u8 = 12;
+    pub const RECV_CQE: u8 = 13;
+    pub const REINIT: u8 = 14;
+}
+
+/// `raw_ops` flag selector bits (below 0x80).
+mod raw_flag {
+    pub const SIGNALED: u8 = 0x02;
+    pub const FENCE: u8 = 0x01;
+    pub const INLINE: u8 = 0x08;
+    pub const DEFER: u8 = 0x10;
+    pub const BAD: u8 = 0x20;
+}
+
+/// A `raw_ops` send: `len` as a `send::read_len` code of one byte (0: 0,
+/// 1: 8; 3 then a byte: that length; 9: 2^31), `aligned` remote address;
+/// inline sends point into the pool at offset 0 (or NULL).
+fn raw_send(w: &mut SeedWriter, op: u8, fsel: u8, wr_id: u64, len: &[u8], aligned: bool, null: bool) {
+    w.u8(op).u8(fsel).u64(wr_id).u64(0x7f5a_3c00_3000).bytes(len).u32(0x00a1_b2c3);
+    w.u64(if aligned { 0x7e00_1122_0040 } else { 0x7e00_1122_0044 });
+    w.u8(0).u32(0x0bad_cafe).u32(0xdead_beef).u64(3).u64(4);
+    if op == raw_op::WRITE_INLINE || op == raw_op::SEND_INLINE {
+        w.u8(if null { 0 } else { 1 }).u16(0);
+    }
+}
+
+/// A `raw_ops` receive of `len` (a read_len code) bytes.
+fn raw_recv(w: &mut SeedWriter, fsel: u8, wr_id: u64, len: &[u8]) {
+    w.u8(raw_op::RECV).u8(fsel).u64(wr_id).u64(0x5000).bytes(len).u32(0x55);
+}
+
+/// A `raw_ops` CQE for the `pick`-th outstanding WQE (or the next
+/// receive), then a poll of `n`.
+fn raw_cqe(w: &mut SeedWriter, op: u8, pick: u8, status: u8, n: u8) {
+    w.u8(op).u8(pick).u8(status).u8(n);
+}
+
+fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+    let sends = [
+        raw_op::WRITE,
+        raw_op::WRITE_IMM,
+        raw_op::READ,
+        raw_op::SEND,
+        raw_op::SEND_IMM,
+        raw_op::WRITE_INLINE,
+        raw_op::SEND_INLINE,
+        raw_op::FETCH_ADD,
+        raw_op::CMP_SWAP,
+    ];
+
+    // Every opcode once, signaled and rung, each completed and polled
+    // (64 BBs, BlueFlame on, 4 SGEs, 60 inline bytes, 2 receive SGEs).
+    let mut w = SeedWriter::new();
+    w.u8(6).u8(3).u8(4).u8(60).u8(2).u8(0x11);
+    for (i, &op) in sends.iter().enumerate() {
+        raw_send(&mut w, op, raw_flag::SIGNALED, i as u64, &[1], true, false);
+        raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1 + (i % 4) as u8);
+    }
+    raw_recv(&mut w, 0, 100, &[3, 64]);
+    raw_cqe(&mut w, raw_op::RECV_CQE, 0, 64, 2);
+    out.push(("every_op", w.finish()));
+
+    // Deferred batches: sends and receives, closed by a ringing call and
+    // by the ring calls; unsignaled work and a poll of 4.
+    let mut w = SeedWriter::new();
+    w.u8(5 | 0x10).u8(1).u8(2).u8(100).u8(1).u8(0x22);
+    for i in 0..5u64 {
+        raw_send(&mut w, raw_op::WRITE, raw_flag::DEFER, i, &[3, 32], true, false);
+    }
+    raw_send(&mut w, raw_op::SEND, raw_flag::SIGNALED, 5, &[1], true, false);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 5, 0, 4);
+    raw_send(&mut w, raw_op::SEND_INLINE, raw_flag::DEFER | raw_flag::SIGNALED, 6, &[3, 90], true, false);
+    raw_send(&mut w, raw_op::FETCH_ADD, raw_flag::DEFER, 7, &[1], true, false);
+    w.u8(raw_op::RING_SQ);
+    for i in 0..3u64 {
+        raw_recv(&mut w, 1, 200 + i, &[1]);
+    }
+    w.u8(raw_op::RING_RQ);
+    raw_recv(&mut w, 0, 203, &[0]);
+    raw_cqe(&mut w, raw_op::RECV_CQE, 0, 8, 4);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 1, 0, 0);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 4);
+    out.push(("deferred", w.finish()));
+
+    // Refusals on a 4-BB ring: bad flags, INLINE on an SGE op, lengths of
+    // 2^31, inline too long and NULL, misaligned atomics, then a full ring.
+    let mut w = SeedWriter::new();
+    w.u8(2).u8(1).u8(1).u8(16).u8(1).u8(0x33);
+    raw_send(&mut w, raw_op::WRITE, raw_flag::BAD, 1, &[1], true, false);
+    raw_send(&mut w, raw_op::READ, raw_flag::INLINE, 2, &[1], true, false);
+    raw_send(&mut w, raw_op::SEND, 0, 3, &[9], true, false);
+    raw_send(&mut w, raw_op::SEND_INLINE, 0, 4, &[3, 17], true, false);
+    raw_send(&mut w, raw_op::WRITE_INLINE, 0, 5, &[1], true, true);
+    raw_send(&mut w, raw_op::CMP_SWAP, 0, 6, &[1], false, false);
+    raw_send(&mut w, raw_op::FETCH_ADD, raw_flag::DEFER, 7, &[1], false, false);
+    for i in 0..5u64 {
+        raw_send(&mut w, raw_op::SEND, raw_flag::DEFER, 10 + i, &[1], true, false);
+    }
+    raw_recv(&mut w, 2, 20, &[1]);
+    raw_recv(&mut w, 0, 21, &[9]);
+    w.u8(raw_op::RING_SQ);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1);
+    raw_send(&mut w, raw_op::WRITE, raw_flag::SIGNALED | raw_flag::FENCE, 30, &[0], true, false);
+    out.push(("refusals", w.finish()));
+
+    // An error completion, a corrupt one, a re-initialisation under the
+    // binding, and posts on the fresh queues.
+    let mut w = SeedWriter::new();
+    w.u8(4 | 0x08 | 0x40).u8(2).u8(3).u8(40).u8(2).u8(0x44);
+    raw_send(&mut w, raw_op::WRITE_IMM, 0, 1, &[1], true, false);
+    raw_send(&mut w, raw_op::READ, raw_flag::SIGNALED, 2, &[1], true, false);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 1, 0xc1, 2);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 2);
+    raw_send(&mut w, raw_op::SEND, raw_flag::SIGNALED, 3, &[1], true, false);
+    raw_recv(&mut w, 0, 4, &[1]);
+    raw_cqe(&mut w, raw_op::RECV_CQE, 0, 0xc0, 3);
+    w.u8(raw_op::REINIT);
+    raw_send(&mut w, raw_op::CMP_SWAP, raw_flag::SIGNALED, 5, &[1], true, false);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1);
+    raw_recv(&mut w, 1, 6, &[1]);
+    w.u8(raw_op::RING_RQ);
+    out.push(("errors_reinit", w.finish()));
+    out
+}
+
 /// Every seed: (target, name, bytes).
 pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut v = Vec::new();
@@ -526,6 +667,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     }
     for (name, bytes) in cqe_seeds() {
         v.push(("cqe_decode", name, bytes));
+    }
+    for (name, bytes) in raw_seeds() {
+        v.push(("raw_ops", name, bytes));
     }
     v
 }

@@ -1,0 +1,704 @@
+//! `raw_ops`: random calls of the per-opcode raw posts
+//! (`rdd_mlx5_sq_write` and friends, `rdd_mlx5_rq_recv`, the
+//! `RDD_SEND_DEFER_DOORBELL` batches) and of the bound poll
+//! (`rdd_mlx5_cq_poll_bound`), each checked against the generic entry
+//! points on a twin queue: `rdd_mlx5_sq_post` (+ `rdd_mlx5_sq_ring` for a
+//! non-deferred call) of the equivalent `rdd_wr`, `rdd_mlx5_rq_post` of the
+//! equivalent `rdd_recv_wr`, `rdd_mlx5_cq_poll` with the three handles.
+//!
+//! Input (read with `rdma_direct_fuzz::Bytes`; missing bytes read as 0):
+//!
+//! ```text
+//! geo      u8   bits 0-2: log2 SQ BBs (% 7 -> 1..64), bit 3: SIG_ALL,
+//!               bits 4-5: 1 BF_NEVER, 2 BF_INLINE_ONLY, bit 6: SHARED_REGISTER
+//! bf       u8   bf_size = [0, 64, 128, 256][bf & 3]
+//! sge      u8   max_send_sge = sge % 5 (0 refuses every SGE post)
+//! inline   u8   max_inline_data = inline % 201
+//! rsge     u8   max_recv_sge = rsge % 3 (RQ stride 32)
+//! seed     u8   fill pattern of the QP buffer, register and payload pool
+//! ops...        until the input ends (at most MAX_OPS):
+//!   op u8 % 16: 0..=8 that per-opcode send, 9 a receive, 10 rdd_mlx5_sq_ring,
+//!               11 rdd_mlx5_rq_ring, 12 a send CQE + poll, 13 a receive
+//!               CQE + poll, 14 re-initialise SQ and RQ, 15 a send of
+//!               kind u8 % 9
+//! send:   fsel u8   bit 7: raw u32 flags follow; else bit 0 FENCE, 1 SIGNALED,
+//!                   2 SOLICITED, 3 INLINE, 4 DEFER_DOORBELL, 5 bit 0x10 (bad)
+//!         wr_id u64, laddr u64, length (send::read_len), lkey u32,
+//!         raddr u64 (asel u8 bit 0: aligned to 8), rkey u32, imm u32,
+//!         compare u64, swap u64; inline sends: amode u8 (& 3 == 0: NULL,
+//!         any length; else a pointer into the pool at offset u16, the
+//!         length cut to fit the pool)
+//! recv:   fsel u8 (bit 0 DEFER_DOORBELL, bit 1 a bad bit), wr_id u64,
+//!         laddr u64, length (send::read_len), lkey u32
+//! CQE:    pick u8 (which outstanding WQE / the next receive), status u8
+//!         (< 0xc0 success, else an error syndrome), n u8 (poll n % 5)
+//! ```
+//!
+//! Checked after every call: both queues return the same status (the
+//! bound poll's `-(int32_t)status` or count against `rdd_mlx5_cq_poll`'s
+//! status and count, with the same completions); the twins' memory is
+//! byte-identical (QP buffer with both rings and the GUARD bytes after the
+//! SQ, both side tables, the doorbell records, the register, the CQ
+//! buffer); a refused per-opcode call changed no byte; a call with flag
+//! bits outside its set is `INVALID_FLAGS`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rdma_direct::ffi::{
+    rdd_mlx5_cq_bind, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
+    rdd_mlx5_cq_storage, rdd_mlx5_rq_fini, rdd_mlx5_rq_init, rdd_mlx5_rq_post,
+    rdd_mlx5_rq_recv, rdd_mlx5_rq_ring, rdd_mlx5_rq_storage, rdd_mlx5_sq_cmp_swap,
+    rdd_mlx5_sq_fetch_add, rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post,
+    rdd_mlx5_sq_read, rdd_mlx5_sq_ring, rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm,
+    rdd_mlx5_sq_send_inline, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage, rdd_mlx5_sq_write,
+    rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline, rdd_mlx5dv_cq, rdd_mlx5dv_qp,
+    rdd_qp_caps, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr, RDD_MLX5_SQ_BF_INLINE_ONLY,
+    RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER, RDD_MLX5_SQ_SIG_ALL,
+    RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE, RDD_SEND_SIGNALED,
+    RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD,
+    RDD_WR_RDMA_READ, RDD_WR_RDMA_WRITE, RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND,
+    RDD_WR_SEND_WITH_IMM,
+};
+use rdma_direct::testutil::{FakeGeometry, FakeMlx5};
+use rdma_direct_fuzz::send;
+use rdma_direct_fuzz::{pattern, Bytes};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+
+/// Upper bound on operations per input.
+const MAX_OPS: usize = 512;
+/// Bytes of the inline payload pool.
+const POOL: usize = 1024;
+/// Most completions one poll asks for.
+const MAX_POLL: usize = 4;
+/// The flags every per-opcode send accepts.
+const SEND_FLAGS: u32 =
+    RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED | RDD_SEND_DEFER_DOORBELL;
+
+/// The nine per-opcode sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Write,
+    WriteImm,
+    Read,
+    Send,
+    SendImm,
+    WriteInline,
+    SendInline,
+    FetchAdd,
+    CmpSwap,
+}
+
+const KINDS: [Kind; 9] = [
+    Kind::Write,
+    Kind::WriteImm,
+    Kind::Read,
+    Kind::Send,
+    Kind::SendImm,
+    Kind::WriteInline,
+    Kind::SendInline,
+    Kind::FetchAdd,
+    Kind::CmpSwap,
+];
+
+impl Kind {
+    fn inline(self) -> bool {
+        matches!(self, Kind::WriteInline | Kind::SendInline)
+    }
+    fn atomic(self) -> bool {
+        matches!(self, Kind::FetchAdd | Kind::CmpSwap)
+    }
+    fn opcode(self) -> u32 {
+        match self {
+            Kind::Write | Kind::WriteInline => RDD_WR_RDMA_WRITE,
+            Kind::WriteImm => RDD_WR_RDMA_WRITE_WITH_IMM,
+            Kind::Read => RDD_WR_RDMA_READ,
+            Kind::Send | Kind::SendInline => RDD_WR_SEND,
+            Kind::SendImm => RDD_WR_SEND_WITH_IMM,
+            Kind::FetchAdd => RDD_WR_ATOMIC_FETCH_AND_ADD,
+            Kind::CmpSwap => RDD_WR_ATOMIC_CMP_AND_SWP,
+        }
+    }
+    fn has_imm(self) -> bool {
+        matches!(self, Kind::WriteImm | Kind::SendImm)
+    }
+}
+
+/// The arguments of one per-opcode send.
+#[derive(Clone, Copy, Debug)]
+struct SendCall {
+    kind: Kind,
+    flags: u32,
+    wr_id: u64,
+    laddr: u64,
+    length: u32,
+    lkey: u32,
+    raddr: u64,
+    rkey: u32,
+    imm: u32,
+    compare: u64,
+    swap: u64,
+    data: *const u8,
+}
+
+fn read_send(r: &mut Bytes<'_>, kind: Kind, pool: &[u8]) -> SendCall {
+    let fsel = r.u8();
+    let flags = if fsel & 0x80 != 0 {
+        r.u32()
+    } else {
+        let mut f = (fsel & 7) as u32;
+        if fsel & 0x08 != 0 {
+            f |= RDD_SEND_INLINE;
+        }
+        if fsel & 0x10 != 0 {
+            f |= RDD_SEND_DEFER_DOORBELL;
+        }
+        if fsel & 0x20 != 0 {
+            f |= 0x10;
+        }
+        f
+    };
+    let wr_id = r.u64();
+    let laddr = r.u64();
+    let mut length = send::read_len(r);
+    let lkey = r.u32();
+    let mut raddr = r.u64();
+    if r.u8() & 1 != 0 {
+        raddr &= !7;
+    }
+    let rkey = r.u32();
+    let imm = r.u32();
+    let compare = r.u64();
+    let swap = r.u64();
+    let mut data = std::ptr::null();
+    if kind.inline() {
+        let amode = r.u8();
+        let off = r.u16() as usize % POOL;
+        if amode & 3 != 0 {
+            length %= (POOL - off) as u32 + 1;
+            data = pool[off..].as_ptr();
+        }
+    }
+    SendCall {
+        kind,
+        flags,
+        wr_id,
+        laddr,
+        length,
+        lkey,
+        raddr,
+        rkey,
+        imm,
+        compare,
+        swap,
+        data,
+    }
+}
+
+/// One fake QP + CQ and its three live handles (the CQ bound to the SQ and
+/// RQ on the per-opcode side).
+struct Side {
+    f: FakeMlx5,
+    sq: Box<rdd_mlx5_sq_storage>,
+    rq: Box<rdd_mlx5_rq_storage>,
+    cq: Box<rdd_mlx5_cq_storage>,
+}
+
+impl Side {
+    fn new(geo: FakeGeometry, seed: u8) -> Side {
+        let mut f = FakeMlx5::new(geo);
+        pattern::fill(f.qp_buf.bytes_mut(), seed);
+        pattern::fill(f.bf.bytes_mut(), seed ^ 0x5a);
+        // SAFETY: the storages are byte arrays: all zeroes is valid.
+        let (sq, rq, cq) = unsafe {
+            (
+                Box::<rdd_mlx5_sq_storage>::new_zeroed().assume_init(),
+                Box::<rdd_mlx5_rq_storage>::new_zeroed().assume_init(),
+                Box::<rdd_mlx5_cq_storage>::new_zeroed().assume_init(),
+            )
+        };
+        Side { f, sq, rq, cq }
+    }
+
+    /// Initialises SQ and RQ (the CQ once, in `init_cq`).
+    fn init_queues(&mut self, flags: u32, caps: &rdd_qp_caps) -> (rdd_status, rdd_status) {
+        let dv: rdd_mlx5dv_qp = self.f.dv_qp().into();
+        let n = self.f.sq_wrid.len();
+        let wrid = self.f.sq_wrid.as_mut_ptr().cast::<rdd_mlx5_sq_slot>();
+        let m = self.f.rq_wrid.len();
+        let rwrid = self.f.rq_wrid.as_mut_ptr();
+        // SAFETY: the storages are live Boxes; `dv` describes `self.f`'s
+        // memory and the tables are its own (`rdd_mlx5_sq_slot` has the
+        // layout of `WrSlot`); all outlive the handles (fini in Drop).
+        unsafe {
+            let _ = rdd_mlx5_sq_fini(&mut *self.sq);
+            let _ = rdd_mlx5_rq_fini(&mut *self.rq);
+            (
+                rdd_mlx5_sq_init(&mut *self.sq, &dv, self.f.geo.qpn, caps, flags, wrid, n),
+                rdd_mlx5_rq_init(&mut *self.rq, &dv, caps, rwrid, m),
+            )
+        }
+    }
+
+    fn init_cq(&mut self) {
+        let dv: rdd_mlx5dv_cq = self.f.dv_cq().into();
+        // SAFETY: as in `init_queues`.
+        assert_eq!(
+            unsafe { rdd_mlx5_cq_init(&mut *self.cq, &dv) },
+            rdd_status::Ok
+        );
+    }
+
+    /// Everything but the RQ doorbell-record word, which a deferred
+    /// receive leaves behind its twin's (checked on its own).
+    fn memory(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(self.f.qp_buf.bytes());
+        v.extend_from_slice(self.f.bf.bytes());
+        v.extend_from_slice(&self.f.dbrec.bytes()[4..]);
+        v.extend_from_slice(self.f.cq_buf.bytes());
+        for s in &self.f.sq_wrid {
+            v.extend_from_slice(&s.wr_id.to_le_bytes());
+            v.extend_from_slice(&s.end.to_le_bytes());
+            v.extend_from_slice(&s.start.to_le_bytes());
+            v.push(s.opcode);
+            v.push(s.flags);
+        }
+        for id in &self.f.rq_wrid {
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        v
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        // SAFETY: live (or zeroed) handles; fini of a zeroed one is an
+        // error that touches nothing.
+        unsafe {
+            let _ = rdd_mlx5_sq_fini(&mut *self.sq);
+            let _ = rdd_mlx5_rq_fini(&mut *self.rq);
+        }
+    }
+}
+
+/// The per-opcode call on `sq`.
+///
+/// # Safety
+/// `sq` is live; `c.data` is NULL or points to `c.length` readable bytes.
+unsafe fn call_op(sq: *mut rdd_mlx5_sq_storage, c: &SendCall) -> rdd_status {
+    let d = c.data.cast::<c_void>();
+    // SAFETY: caller contract; no SGE address is ever dereferenced (there
+    // is no device).
+    unsafe {
+        match c.kind {
+            Kind::Write => {
+                rdd_mlx5_sq_write(sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags)
+            }
+            Kind::WriteImm => rdd_mlx5_sq_write_imm(
+                sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.imm, c.flags,
+            ),
+            Kind::Read => {
+                rdd_mlx5_sq_read(sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags)
+            }
+            Kind::Send => rdd_mlx5_sq_send(sq, c.wr_id, c.laddr, c.length, c.lkey, c.flags),
+            Kind::SendImm => {
+                rdd_mlx5_sq_send_imm(sq, c.wr_id, c.laddr, c.length, c.lkey, c.imm, c.flags)
+            }
+            Kind::WriteInline => {
+                rdd_mlx5_sq_write_inline(sq, c.wr_id, d, c.length, c.raddr, c.rkey, c.flags)
+            }
+            Kind::SendInline => rdd_mlx5_sq_send_inline(sq, c.wr_id, d, c.length, c.flags),
+            Kind::FetchAdd => rdd_mlx5_sq_fetch_add(
+                sq, c.wr_id, c.laddr, c.lkey, c.raddr, c.rkey, c.compare, c.flags,
+            ),
+            Kind::CmpSwap => rdd_mlx5_sq_cmp_swap(
+                sq, c.wr_id, c.laddr, c.lkey, c.raddr, c.rkey, c.compare, c.swap, c.flags,
+            ),
+        }
+    }
+}
+
+/// The equivalent request through `rdd_mlx5_sq_post` (+ ring).
+///
+/// # Safety
+/// As for [`call_op`].
+unsafe fn post_equivalent(sq: *mut rdd_mlx5_sq_storage, c: &SendCall) -> rdd_status {
+    let sge = if c.kind.inline() {
+        rdd_sge {
+            addr: c.data as u64,
+            length: c.length,
+            lkey: 0,
+        }
+    } else if c.kind.atomic() {
+        rdd_sge {
+            addr: c.laddr,
+            length: 8,
+            lkey: c.lkey,
+        }
+    } else {
+        rdd_sge {
+            addr: c.laddr,
+            length: c.length,
+            lkey: c.lkey,
+        }
+    };
+    let inline = if c.kind.inline() { RDD_SEND_INLINE } else { 0 };
+    let w = rdd_wr {
+        wr_id: c.wr_id,
+        sg_list: &sge,
+        num_sge: 1,
+        opcode: c.kind.opcode(),
+        flags: (c.flags & !RDD_SEND_DEFER_DOORBELL) | inline,
+        imm_data: if c.kind.has_imm() { c.imm } else { 0 },
+        remote_addr: c.raddr,
+        rkey: c.rkey,
+        invalidate_rkey: 0,
+        compare_add: c.compare,
+        swap: c.swap,
+    };
+    let mut bad = 0usize;
+    // SAFETY: a live handle; one request whose SGE is a local (and whose
+    // inline piece, if any, is the caller's readable bytes).
+    unsafe {
+        let s = rdd_mlx5_sq_post(sq, &w, 1, &mut bad);
+        if s == rdd_status::Ok && c.flags & RDD_SEND_DEFER_DOORBELL == 0 {
+            return rdd_mlx5_sq_ring(sq);
+        }
+        s
+    }
+}
+
+struct Harness {
+    a: Side,
+    b: Side,
+    wqe_cnt: u32,
+    /// Producer counter (BBs) of the twins.
+    pi: u32,
+    /// WQE starts written but not rung, and rung but not retired.
+    pending: Vec<u32>,
+    rung: VecDeque<u32>,
+    /// Receives posted, published on A, and completed.
+    rq_head: u32,
+    rq_published: u32,
+    rq_tail: u32,
+    /// What A's and B's RQ doorbell records must hold (host order).
+    rec_a: u32,
+    rec_b: u32,
+    /// CQEs written so far (the CQ producer).
+    cqes: u32,
+}
+
+impl Harness {
+    /// The twins hold the same bytes, except the RQ record: B's
+    /// (`rdd_mlx5_rq_post` always publishes) covers every receive posted,
+    /// A's those published (a receive without RDD_SEND_DEFER_DOORBELL, or
+    /// `rdd_mlx5_rq_ring`).
+    fn check_twins(&self, what: &str) {
+        assert!(
+            self.a.memory() == self.b.memory(),
+            "{what}: the twins' memory differs"
+        );
+        assert_eq!(self.a.f.dbrec_rq(), self.rec_a, "{what}: A's RQ record");
+        assert_eq!(self.b.f.dbrec_rq(), self.rec_b, "{what}: B's RQ record");
+    }
+
+    fn send(&mut self, c: SendCall) {
+        let before = self.a.memory();
+        let allowed = if c.kind.inline() {
+            SEND_FLAGS | RDD_SEND_INLINE
+        } else {
+            SEND_FLAGS
+        };
+        // SAFETY: live handles; `c.data` is NULL or inside the pool with
+        // `length` bytes (read_send).
+        let got = unsafe { call_op(&mut *self.a.sq, &c) };
+        if c.flags & !allowed != 0 {
+            assert_eq!(got, rdd_status::InvalidFlags, "{c:?}");
+            assert!(self.a.memory() == before, "refused {c:?} wrote");
+            return;
+        }
+        // SAFETY: as above.
+        let want = unsafe { post_equivalent(&mut *self.b.sq, &c) };
+        assert_eq!(got, want, "{c:?}");
+        if got != rdd_status::Ok {
+            assert!(self.a.memory() == before, "refused {c:?} ({got:?}) wrote");
+        } else {
+            let start = self.pi;
+            let slot = self.a.f.sq_wrid[(start & (self.wqe_cnt - 1)) as usize];
+            assert_eq!(slot.start, start as u16, "side table of {c:?}");
+            assert_eq!(slot.wr_id, c.wr_id);
+            self.pi = slot.end;
+            self.pending.push(start);
+            if c.flags & RDD_SEND_DEFER_DOORBELL == 0 {
+                self.rung.extend(self.pending.drain(..));
+            }
+        }
+        self.check_twins("send");
+    }
+
+    fn recv(&mut self, r: &mut Bytes<'_>) {
+        let fsel = r.u8();
+        let mut flags = if fsel & 1 != 0 {
+            RDD_SEND_DEFER_DOORBELL
+        } else {
+            0
+        };
+        if fsel & 2 != 0 {
+            flags |= RDD_SEND_SIGNALED;
+        }
+        let wr_id = r.u64();
+        let laddr = r.u64();
+        let length = send::read_len(r);
+        let lkey = r.u32();
+        let before = self.a.memory();
+        // SAFETY: a live handle; the SGE is never dereferenced.
+        let got = unsafe { rdd_mlx5_rq_recv(&mut *self.a.rq, wr_id, laddr, length, lkey, flags) };
+        if flags & !RDD_SEND_DEFER_DOORBELL != 0 {
+            assert_eq!(got, rdd_status::InvalidFlags);
+            assert!(self.a.memory() == before, "refused receive wrote");
+            return;
+        }
+        let sge = rdd_sge {
+            addr: laddr,
+            length,
+            lkey,
+        };
+        let w = rdd_recv_wr {
+            wr_id,
+            sg_list: &sge,
+            num_sge: 1,
+            reserved: 0,
+        };
+        let mut bad = 0usize;
+        // SAFETY: a live handle; one request with a local SGE.
+        let want = unsafe { rdd_mlx5_rq_post(&mut *self.b.rq, &w, 1, &mut bad) };
+        assert_eq!(got, want, "receive {length} flags {flags:#x}");
+        if got != rdd_status::Ok {
+            assert!(self.a.memory() == before, "refused receive ({got:?}) wrote");
+        } else {
+            self.rq_head += 1;
+            self.rec_b = self.rq_head & 0xffff;
+            if flags == 0 {
+                self.rq_published = self.rq_head;
+                self.rec_a = self.rq_head & 0xffff;
+            }
+        }
+        self.check_twins("receive");
+    }
+
+    /// Writes the same CQE into both CQs and polls A with the bound poll,
+    /// B with the three-handle poll.
+    fn cqe_and_poll(&mut self, cqe: [u8; 64], n: usize) {
+        self.a.f.write_cqe(self.cqes, &cqe);
+        self.b.f.write_cqe(self.cqes, &cqe);
+        self.cqes += 1;
+        self.poll(n);
+    }
+
+    fn poll(&mut self, n: usize) {
+        // SAFETY: the C completion entry is plain data: zeroes are valid.
+        let mut wa: [rdd_wc; MAX_POLL] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut wb: [rdd_wc; MAX_POLL] = unsafe { std::mem::zeroed() };
+        let mut count = usize::MAX;
+        // SAFETY: live (and for A bound) handles; room for n <= MAX_POLL.
+        let (got, want) = unsafe {
+            (
+                rdd_mlx5_cq_poll_bound(&mut *self.a.cq, wa.as_mut_ptr(), n as u32),
+                rdd_mlx5_cq_poll(
+                    &mut *self.b.cq,
+                    &mut *self.b.sq,
+                    &mut *self.b.rq,
+                    wb.as_mut_ptr(),
+                    n,
+                    &mut count,
+                ),
+            )
+        };
+        if want == rdd_status::Ok {
+            assert!(count <= n);
+            assert_eq!(got, count as i32, "bound poll count");
+            for i in 0..count {
+                assert_eq!(format!("{:?}", wa[i]), format!("{:?}", wb[i]), "completion {i}");
+            }
+        } else {
+            assert_eq!(got, -(want as u32 as i32), "bound poll status");
+        }
+        self.check_twins("poll");
+    }
+
+    fn send_cqe(&mut self, r: &mut Bytes<'_>) {
+        let pick = r.u8() as usize;
+        let status = r.u8();
+        let n = (r.u8() as usize) % (MAX_POLL + 1);
+        let qpn = self.a.f.geo.qpn;
+        let mut cqe = [0u8; 64];
+        // A rung WQE if there is one (retiring it and everything before
+        // it), else a counter nothing is outstanding for (corrupt).
+        let (counter, opcode) = if self.rung.is_empty() {
+            (self.pi.wrapping_add(pick as u32) as u16, 0x08u8)
+        } else {
+            let k = pick % self.rung.len();
+            let start = self.rung[k];
+            let slot = self.a.f.sq_wrid[(start & (self.wqe_cnt - 1)) as usize];
+            self.rung.drain(..=k);
+            (start as u16, slot.opcode)
+        };
+        cqe[56..60].copy_from_slice(&((opcode as u32) << 24 | qpn).to_be_bytes());
+        cqe[60..62].copy_from_slice(&counter.to_be_bytes());
+        cqe[44..48].copy_from_slice(&8u32.to_be_bytes());
+        if status >= 0xc0 {
+            cqe[54] = status; // vendor syndrome
+            cqe[55] = [0x05, 0x04, 0x13, 0x22][(status & 3) as usize];
+            cqe[63] = 13 << 4; // REQ_ERR
+        }
+        self.cqe_and_poll(cqe, n);
+    }
+
+    fn recv_cqe(&mut self, r: &mut Bytes<'_>) {
+        let _pick = r.u8();
+        let status = r.u8();
+        let n = (r.u8() as usize) % (MAX_POLL + 1);
+        let qpn = self.a.f.geo.qpn;
+        let mut cqe = [0u8; 64];
+        cqe[44..48].copy_from_slice(&(status as u32).to_be_bytes());
+        cqe[56..60].copy_from_slice(&qpn.to_be_bytes());
+        cqe[60..62].copy_from_slice(&(self.rq_tail as u16).to_be_bytes());
+        cqe[63] = if status >= 0xc0 { 14 << 4 } else { 2 << 4 }; // RESP_ERR / RESP_SEND
+        if status >= 0xc0 {
+            cqe[55] = 0x05;
+        }
+        if self.rq_tail != self.rq_head {
+            self.rq_tail += 1;
+        }
+        self.cqe_and_poll(cqe, n);
+    }
+
+    fn ring_sq(&mut self) {
+        // SAFETY: live handles.
+        let (x, y) = unsafe { (rdd_mlx5_sq_ring(&mut *self.a.sq), rdd_mlx5_sq_ring(&mut *self.b.sq)) };
+        assert_eq!((x, y), (rdd_status::Ok, rdd_status::Ok));
+        self.rung.extend(self.pending.drain(..));
+        self.check_twins("sq ring");
+    }
+
+    fn ring_rq(&mut self) {
+        // SAFETY: a live handle. B published at post time.
+        let x = unsafe { rdd_mlx5_rq_ring(&mut *self.a.rq) };
+        assert_eq!(x, rdd_status::Ok);
+        // Nothing pending: nothing is written.
+        if self.rq_published != self.rq_head {
+            self.rq_published = self.rq_head;
+            self.rec_a = self.rq_head & 0xffff;
+        }
+        self.check_twins("rq ring");
+    }
+
+    fn reinit(&mut self, flags: u32, caps: &rdd_qp_caps) {
+        let ra = self.a.init_queues(flags, caps);
+        let rb = self.b.init_queues(flags, caps);
+        assert_eq!(ra, (rdd_status::Ok, rdd_status::Ok));
+        assert_eq!(rb, ra);
+        self.pi = 0;
+        self.pending.clear();
+        self.rung.clear();
+        self.rq_head = 0;
+        self.rq_tail = 0;
+        // A fresh RQ starts at 0 without writing its record: both keep
+        // what they hold.
+        self.rq_published = 0;
+        self.check_twins("re-init");
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut r = Bytes::new(data);
+    let geo = r.u8();
+    let bf = r.u8();
+    let max_send_sge = (r.u8() % 5) as u32;
+    let max_inline_data = (r.u8() % 201) as u32;
+    let max_recv_sge = (r.u8() % 3) as u32;
+    let seed = r.u8();
+
+    let wqe_cnt = 1u32 << ((geo & 7) % 7);
+    let mut flags = 0;
+    if geo & 0x08 != 0 {
+        flags |= RDD_MLX5_SQ_SIG_ALL;
+    }
+    match (geo >> 4) & 3 {
+        1 => flags |= RDD_MLX5_SQ_BF_NEVER,
+        2 => flags |= RDD_MLX5_SQ_BF_INLINE_ONLY,
+        _ => {}
+    }
+    if geo & 0x40 != 0 {
+        flags |= RDD_MLX5_SQ_SHARED_REGISTER;
+    }
+    let fg = FakeGeometry {
+        sq_wqe_cnt: wqe_cnt,
+        rq_wqe_cnt: 8,
+        rq_stride: 32,
+        bf_size: [0, 64, 128, 256][(bf & 3) as usize],
+        cqe_cnt: 64,
+        cqe_size: 64,
+        qpn: 0x1c5,
+        cqn: 1,
+    };
+    let mut pool = vec![0u8; POOL];
+    pattern::fill(&mut pool, seed ^ 0xa5);
+    let caps = rdd_qp_caps {
+        max_send_sge,
+        max_inline_data,
+        max_recv_sge,
+    };
+    let mut h = Harness {
+        a: Side::new(fg, seed),
+        b: Side::new(fg, seed),
+        wqe_cnt,
+        pi: 0,
+        pending: Vec::new(),
+        rung: VecDeque::new(),
+        rq_head: 0,
+        rq_published: 0,
+        rq_tail: 0,
+        rec_a: 0,
+        rec_b: 0,
+        cqes: 0,
+    };
+    let ra = h.a.init_queues(flags, &caps);
+    let rb = h.b.init_queues(flags, &caps);
+    assert_eq!(ra, rb, "init");
+    if ra != (rdd_status::Ok, rdd_status::Ok) {
+        // Geometry the queues refuse (a ring too small for the WQE size).
+        return;
+    }
+    h.a.init_cq();
+    h.b.init_cq();
+    // SAFETY: live handles in Boxes that stay in place for the whole run.
+    let bound = unsafe { rdd_mlx5_cq_bind(&mut *h.a.cq, &mut *h.a.sq, &mut *h.a.rq) };
+    assert_eq!(bound, rdd_status::Ok);
+    h.check_twins("init");
+
+    let mut ops = 0;
+    while !r.is_empty() && ops < MAX_OPS {
+        ops += 1;
+        match r.u8() % 16 {
+            k @ 0..=8 => {
+                let c = read_send(&mut r, KINDS[k as usize], &pool);
+                h.send(c);
+            }
+            9 => h.recv(&mut r),
+            10 => h.ring_sq(),
+            11 => h.ring_rq(),
+            12 => h.send_cqe(&mut r),
+            13 => h.recv_cqe(&mut r),
+            14 => h.reinit(flags, &caps),
+            _ => {
+                let k = r.u8() % 9;
+                let c = read_send(&mut r, KINDS[k as usize], &pool);
+                h.send(c);
+            }
+        }
+    }
+    h.ring_sq();
+});
