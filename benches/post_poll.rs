@@ -5,7 +5,9 @@
 //! function (`rdd_post_1`, `rdd_post_16`, `rdd_poll_1`, `rdd_poll_16`,
 //! plus the extra `rdd_post_1_opaque`, `rdd_post_16_opaque`,
 //! `rdd_shared_post_1`, `rdd_shared_post_16` and the C-ABI rows
-//! `rdd_abi_post_1`, `rdd_abi_post_16`, `rdd_abi_poll`), so that
+//! `rdd_abi_post_1`, `rdd_abi_post_16`, `rdd_abi_poll`,
+//! `rdd_abi_post_ring_1`, `rdd_abi_post_ring_16`, `rdd_abi_op_post_1`,
+//! `rdd_abi_op_post_16`, `rdd_abi_poll_bound`), so that
 //! `valgrind --tool=callgrind --toggle-collect=<name>` counts exactly the
 //! instructions of those calls. Everything that keeps the queues going
 //! (retiring posted work, posting the WRs that polled CQEs complete,
@@ -22,9 +24,12 @@
 //! `post_16`, `post_bf`, `poll_1`, `poll_16`, `poll_empty`,
 //! `post_1_opaque`, `post_16_opaque`, `shared_post_1`, `shared_post_16`
 //! (a multi-producer queue, one thread), `abi_post_1`, `abi_post_16`,
-//! `abi_poll_1`, `abi_poll_16`, `abi_post_ring_1`, `abi_post_ring_16` (the
-//! raw-queue C ABI, called as a C program would; default: all; `--bench` from
-//! `cargo bench` is ignored). For every bench the program prints
+//! `abi_poll_1`, `abi_poll_16`, `abi_post_ring_1`, `abi_post_ring_16`,
+//! `abi_op_post_1`, `abi_op_post_16` (the per-opcode `rdd_mlx5_sq_write`:
+//! one ringing call, or 15 deferred calls and one ringing),
+//! `abi_poll_bound_1`, `abi_poll_bound_16` (`rdd_mlx5_cq_poll_bound` after
+//! `rdd_mlx5_cq_bind`): the raw-queue C ABI, called as a C program would
+//! (default: all; `--bench` from `cargo bench` is ignored). For every bench the program prints
 //! `bench=<bench> fn=<function> calls=<n> ops_per_call=<k>`, then a
 //! wall-clock estimate, which is noisy and secondary: the primary number is
 //! the callgrind instruction count the script computes.
@@ -35,9 +40,11 @@ use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
 use rdma_direct::ffi::mlx5::{
-    rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_storage, rdd_mlx5_rq_init, rdd_mlx5_rq_storage,
-    rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_post_ring, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot,
-    rdd_mlx5_sq_storage, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
+    rdd_mlx5_cq_bind, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
+    rdd_mlx5_cq_storage, rdd_mlx5_rq_init, rdd_mlx5_rq_storage, rdd_mlx5_sq_init, rdd_mlx5_sq_post,
+    rdd_mlx5_sq_post_ring, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage,
+    rdd_mlx5_sq_write, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
+    RDD_SEND_DEFER_DOORBELL,
 };
 use rdma_direct::ffi::rdd_status;
 use rdma_direct::ffi::wr::{rdd_sge, rdd_wr, RDD_WR_RDMA_WRITE};
@@ -284,6 +291,62 @@ pub fn rdd_abi_post_ring_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH
     with_c_wrs(ds, |ws, n| c_post_ring(sq, ws, n))
 }
 
+/// Extra: one WR through the per-opcode C call (`rdd_mlx5_sq_write`
+/// with the descriptor's scalars, ringing the doorbell).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_op_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
+    // SAFETY: a live handle; the SGE is never dereferenced by the fake
+    // device.
+    unsafe {
+        rdd_mlx5_sq_write(
+            sq, d.wr_id, d.laddr, d.len, d.lkey, d.raddr, d.rkey, d.flags,
+        )
+    }
+}
+
+/// Extra: [`BATCH`] WRs through the per-opcode C call: the first 15 with
+/// `RDD_SEND_DEFER_DOORBELL`, the last one ringing for all of them.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_op_post_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH]) -> rdd_status {
+    for (i, d) in ds.iter().enumerate() {
+        let defer = if i + 1 < BATCH {
+            RDD_SEND_DEFER_DOORBELL
+        } else {
+            0
+        };
+        // SAFETY: as in `rdd_abi_op_post_1`.
+        let s = unsafe {
+            rdd_mlx5_sq_write(
+                sq,
+                d.wr_id,
+                d.laddr,
+                d.len,
+                d.lkey,
+                d.raddr,
+                d.rkey,
+                d.flags | defer,
+            )
+        };
+        if s != rdd_status::Ok {
+            return s;
+        }
+    }
+    rdd_status::Ok
+}
+
+/// Extra: polling through the bound C call (`rdd_mlx5_cq_poll_bound` of
+/// up to `n`, the SQ and RQ bound to the CQ beforehand).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_poll_bound(cq: &mut rdd_mlx5_cq_storage, out: &mut [rdd_wc; BATCH], n: u32) -> i32 {
+    // SAFETY: a live, bound handle; `out` has room for n <= BATCH entries.
+    let got = unsafe { rdd_mlx5_cq_poll_bound(cq, out.as_mut_ptr(), n) };
+    assert!(got >= 0);
+    got
+}
+
 /// Extra: polling through the C ABI (`rdd_mlx5_cq_poll` of up to `n`).
 #[no_mangle]
 #[inline(never)]
@@ -485,10 +548,25 @@ fn bench_shared(bench: &'static str, iters: u64, batch: bool) {
     );
 }
 
-/// The C-ABI rows: `post_1`/`post_16` measure posting (a CQE per WQE is
-/// written and polled outside the measured function), `poll_1`/`poll_16`
-/// measure polling (posting outside).
-fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize, combined: bool) {
+/// Which C-ABI call a row measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Abi {
+    /// `rdd_mlx5_sq_post` + `rdd_mlx5_sq_ring`.
+    PostThenRing,
+    /// `rdd_mlx5_sq_post_ring`.
+    PostRing,
+    /// `rdd_mlx5_sq_write` (deferred doorbells in a batch).
+    Op,
+    /// `rdd_mlx5_cq_poll`.
+    Poll,
+    /// `rdd_mlx5_cq_poll_bound`.
+    PollBound,
+}
+
+/// The C-ABI rows: the post rows measure posting (a CQE per WQE is written
+/// and polled outside the measured function), the poll rows measure
+/// polling (posting outside).
+fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
     let mut f = FakeMlx5::new(geometry());
     let qp = rdd_mlx5dv_qp::from(f.dv_qp());
     let cqd = rdd_mlx5dv_cq::from(f.dv_cq());
@@ -537,6 +615,10 @@ fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize, combined: 
             rdd_status::Ok
         );
         assert_eq!(rdd_mlx5_cq_init(&mut *cq, &cqd), rdd_status::Ok);
+        assert_eq!(
+            rdd_mlx5_cq_bind(&mut *cq, &mut *sq, &mut *rq),
+            rdd_status::Ok
+        );
     }
     // SAFETY: the C completion entry is plain data: zeroes are valid.
     let mut out: [rdd_wc; BATCH] = unsafe { std::mem::zeroed() };
@@ -544,11 +626,13 @@ fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize, combined: 
     let start = Instant::now();
     for _ in 0..iters {
         let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
-        let s = match (combined, per) {
-            (false, 1) => rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0])),
-            (false, _) => rdd_abi_post_16(black_box(&mut sq), black_box(&ds)),
-            (true, 1) => rdd_abi_post_ring_1(black_box(&mut sq), black_box(&ds[0])),
-            (true, _) => rdd_abi_post_ring_16(black_box(&mut sq), black_box(&ds)),
+        let s = match (what, per) {
+            (Abi::PostRing, 1) => rdd_abi_post_ring_1(black_box(&mut sq), black_box(&ds[0])),
+            (Abi::PostRing, _) => rdd_abi_post_ring_16(black_box(&mut sq), black_box(&ds)),
+            (Abi::Op, 1) => rdd_abi_op_post_1(black_box(&mut sq), black_box(&ds[0])),
+            (Abi::Op, _) => rdd_abi_op_post_16(black_box(&mut sq), black_box(&ds)),
+            (_, 1) => rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0])),
+            (_, _) => rdd_abi_post_16(black_box(&mut sq), black_box(&ds)),
         };
         assert_eq!(s, rdd_status::Ok);
         // One CQE per (signaled) WQE, then the poll that retires them.
@@ -557,24 +641,31 @@ fn bench_abi(bench: &'static str, iters: u64, poll: bool, per: usize, combined: 
             ci += 1;
             pi += 1;
         }
-        let got = rdd_abi_poll(
-            black_box(&mut cq),
-            black_box(&mut sq),
-            black_box(&mut rq),
-            black_box(&mut out),
-            per,
-        );
+        let got = if what == Abi::PollBound {
+            rdd_abi_poll_bound(black_box(&mut cq), black_box(&mut out), per as u32) as usize
+        } else {
+            rdd_abi_poll(
+                black_box(&mut cq),
+                black_box(&mut sq),
+                black_box(&mut rq),
+                black_box(&mut out),
+                per,
+            )
+        };
         assert_eq!(got, per);
         assert_eq!(out[per - 1].wr_id, id + per as u64 - 1);
         id += per as u64;
     }
     assert_eq!(f.dbrec_sq(), pi & 0xffff, "every WQE rung");
-    let func = match (poll, combined, per) {
-        (true, _, _) => "rdd_abi_poll",
-        (false, false, 1) => "rdd_abi_post_1",
-        (false, false, _) => "rdd_abi_post_16",
-        (false, true, 1) => "rdd_abi_post_ring_1",
-        (false, true, _) => "rdd_abi_post_ring_16",
+    let func = match (what, per) {
+        (Abi::Poll, _) => "rdd_abi_poll",
+        (Abi::PollBound, _) => "rdd_abi_poll_bound",
+        (Abi::PostThenRing, 1) => "rdd_abi_post_1",
+        (Abi::PostThenRing, _) => "rdd_abi_post_16",
+        (Abi::PostRing, 1) => "rdd_abi_post_ring_1",
+        (Abi::PostRing, _) => "rdd_abi_post_ring_16",
+        (Abi::Op, 1) => "rdd_abi_op_post_1",
+        (Abi::Op, _) => "rdd_abi_op_post_16",
     };
     Report {
         bench,
@@ -684,6 +775,10 @@ fn main() {
         "abi_poll_16",
         "abi_post_ring_1",
         "abi_post_ring_16",
+        "abi_op_post_1",
+        "abi_op_post_16",
+        "abi_poll_bound_1",
+        "abi_poll_bound_16",
     ];
     if benches.is_empty() {
         benches = all.iter().map(|s| s.to_string()).collect();
@@ -700,12 +795,16 @@ fn main() {
             "post_16_opaque" => bench_post_opaque("post_16_opaque", iters, true),
             "shared_post_1" => bench_shared("shared_post_1", iters, false),
             "shared_post_16" => bench_shared("shared_post_16", iters, true),
-            "abi_post_1" => bench_abi("abi_post_1", iters, false, 1, false),
-            "abi_post_16" => bench_abi("abi_post_16", iters, false, BATCH, false),
-            "abi_poll_1" => bench_abi("abi_poll_1", iters, true, 1, false),
-            "abi_poll_16" => bench_abi("abi_poll_16", iters, true, BATCH, false),
-            "abi_post_ring_1" => bench_abi("abi_post_ring_1", iters, false, 1, true),
-            "abi_post_ring_16" => bench_abi("abi_post_ring_16", iters, false, BATCH, true),
+            "abi_post_1" => bench_abi("abi_post_1", iters, Abi::PostThenRing, 1),
+            "abi_post_16" => bench_abi("abi_post_16", iters, Abi::PostThenRing, BATCH),
+            "abi_poll_1" => bench_abi("abi_poll_1", iters, Abi::Poll, 1),
+            "abi_poll_16" => bench_abi("abi_poll_16", iters, Abi::Poll, BATCH),
+            "abi_post_ring_1" => bench_abi("abi_post_ring_1", iters, Abi::PostRing, 1),
+            "abi_post_ring_16" => bench_abi("abi_post_ring_16", iters, Abi::PostRing, BATCH),
+            "abi_op_post_1" => bench_abi("abi_op_post_1", iters, Abi::Op, 1),
+            "abi_op_post_16" => bench_abi("abi_op_post_16", iters, Abi::Op, BATCH),
+            "abi_poll_bound_1" => bench_abi("abi_poll_bound_1", iters, Abi::PollBound, 1),
+            "abi_poll_bound_16" => bench_abi("abi_poll_bound_16", iters, Abi::PollBound, BATCH),
             other => {
                 eprintln!("unknown bench {other}; known: {}", all.join(" "));
                 std::process::exit(2);

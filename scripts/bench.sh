@@ -110,6 +110,10 @@ ROWS=(
 	"abi_poll_16|rdd_abi_poll|-"
 	"abi_post_ring_1|rdd_abi_post_ring_1|-"
 	"abi_post_ring_16|rdd_abi_post_ring_16|-"
+	"abi_op_post_1|rdd_abi_op_post_1|-"
+	"abi_op_post_16|rdd_abi_op_post_16|-"
+	"abi_poll_bound_1|rdd_abi_poll_bound|-"
+	"abi_poll_bound_16|rdd_abi_poll_bound|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
@@ -287,6 +291,10 @@ LABEL = {
     "abi_poll_16": ("C ABI: poll, 16 CQEs per call (extra)", "instr/CQE", None),
     "abi_post_ring_1": ("C ABI: post_ring, 1 WR per call (extra)", "instr/WR", None),
     "abi_post_ring_16": ("C ABI: post_ring, 16 WRs per call (extra)", "instr/WR", None),
+    "abi_op_post_1": ("C ABI: per-opcode `rdd_mlx5_sq_write`, 1 WR + doorbell (extra)", "instr/WR", None),
+    "abi_op_post_16": ("C ABI: per-opcode, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
+    "abi_poll_bound_1": ("C ABI: bound poll, 1 CQE per call (extra)", "instr/CQE", None),
+    "abi_poll_bound_16": ("C ABI: bound poll, 16 CQEs per call (extra)", "instr/CQE", None),
 }
 
 res = []
