@@ -1750,8 +1750,10 @@ rdd_status rdd_mlx5_sq_post(struct rdd_mlx5_sq_storage *sq,
 
 /**
  * Posts `wrs[0..n]` and rings the send doorbell once, in one call: the
- * `ibv_post_send` shape, and the cheapest way to post from C (one handle
- * check, and a single request takes the queue's one-WQE path). The
+ * `ibv_post_send` shape, and the cheapest way to post `rdd_wr`s (one
+ * handle check, and a single request takes the queue's one-WQE path;
+ * the per-opcode calls such as `rdd_mlx5_sq_write` are cheaper still for
+ * one-SGE requests). The
  * doorbell covers every WQE written since the last ring, this call's
  * and any left pending by `rdd_mlx5_sq_post`.
  *

@@ -14,6 +14,8 @@ mod desc;
 
 mod wc;
 
+mod shapes;
+
 mod sq;
 
 mod rq;

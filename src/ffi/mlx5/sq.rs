@@ -4,12 +4,12 @@ use core::ptr::NonNull;
 
 use super::check_array;
 use super::desc::{rdd_mlx5dv_qp, rdd_qp_caps, sq_config};
+use super::shapes::{post_send_wr, Post, PostOne, Poster};
 use super::storage::{rdd_mlx5_sq_slot, rdd_mlx5_sq_storage};
 use crate::ffi::handle;
 use crate::ffi::status::rdd_status;
-use crate::ffi::wr::{parse_send, rdd_wr, NO_PIECES};
+use crate::ffi::wr::{rdd_wr, NO_PIECES};
 use crate::provider::mlx5::{SendQueue, WrSlot};
-use crate::wr::SendWr;
 
 // ---------------------------------------------------------------------
 // Send queue
@@ -124,13 +124,10 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post(
     ffi_boundary!({
         // SAFETY: caller contract.
         let queue = try_status!(unsafe { send_post_args(sq, wrs, n, out_bad_index) });
-        let post = |swr: &SendWr<'_>| {
-            // SAFETY: the posting contract is the caller's.
-            unsafe { queue.post(swr) }
-        };
         // SAFETY: `wrs` holds `n` readable requests (checked /
-        // contract); the SGE and payload contracts are the caller's.
-        let failed = unsafe { post_each(wrs, n, post) };
+        // contract); the SGE, payload and posting contracts are the
+        // caller's.
+        let failed = unsafe { post_each(wrs, n, Post(queue)) };
         // SAFETY: `out_bad_index` is non-NULL (checked) and writable.
         unsafe { send_post_status(failed, out_bad_index) }
     })
@@ -164,28 +161,27 @@ unsafe fn send_post_args<'a>(
     Ok(queue)
 }
 
-/// Translates `wrs[0..n]` one by one and hands each to `post`; stops at
+/// Translates `wrs[0..n]` one by one and hands each to `poster`; stops at
 /// the first rejected one and returns its index and status.
 ///
 /// # Safety
 /// `wrs` points to `n` readable requests; the SGE and payload contract of
-/// [`parse_send`] holds for each.
+/// [`crate::ffi::wr::parse_send`] and the posting contract of
+/// [`SendQueue::post`] hold for each.
 #[inline(always)]
 unsafe fn post_each(
     wrs: *const rdd_wr,
     n: usize,
-    mut post: impl FnMut(&SendWr<'_>) -> crate::Result<()>,
+    mut poster: impl Poster,
 ) -> Option<(usize, rdd_status)> {
     let mut pieces = NO_PIECES;
     for i in 0..n {
         // SAFETY: i < n, inside the caller's array.
         let wr = unsafe { &*wrs.add(i) };
-        // SAFETY: forwarded contract.
-        let posted = match unsafe { parse_send(wr, &mut pieces) } {
-            Ok(swr) => post(&swr).map_err(rdd_status::from),
-            Err(s) => Err(s),
-        };
-        if let Err(status) = posted {
+        // SAFETY: forwarded contract. The common shapes take typed paths;
+        // the rest, and every rule a request may break, are
+        // `parse_send`'s (`shapes`).
+        if let Err(status) = unsafe { post_send_wr(wr, &mut pieces, &mut poster) } {
             return Some((i, status));
         }
     }
@@ -212,8 +208,10 @@ unsafe fn send_post_status(
 }
 
 /// Posts `wrs[0..n]` and rings the send doorbell once, in one call: the
-/// `ibv_post_send` shape, and the cheapest way to post from C (one handle
-/// check, and a single request takes the queue's one-WQE path). The
+/// `ibv_post_send` shape, and the cheapest way to post `rdd_wr`s (one
+/// handle check, and a single request takes the queue's one-WQE path;
+/// the per-opcode calls such as `rdd_mlx5_sq_write` are cheaper still for
+/// one-SGE requests). The
 /// doorbell covers every WQE written since the last ring, this call's
 /// and any left pending by `rdd_mlx5_sq_post`.
 ///
@@ -230,38 +228,49 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post_ring(
     n: usize,
     out_bad_index: *mut usize,
 ) -> rdd_status {
-    ffi_boundary!({
-        // SAFETY: caller contract.
-        let queue = try_status!(unsafe { send_post_args(sq, wrs, n, out_bad_index) });
-        let failed = if n == 1 {
-            // One request: the queue's one-WQE path (it rings, covering
-            // earlier pending WQEs, only if the request is posted).
-            let post = |swr: &SendWr<'_>| {
-                // SAFETY: the posting contract is the caller's.
-                unsafe { queue.post_one(swr) }
-            };
-            // SAFETY: `wrs` holds one readable request (checked /
-            // contract); the SGE and payload contracts are the caller's.
-            let failed = unsafe { post_each(wrs, 1, post) };
-            if failed.is_some() {
-                queue.ring();
-            }
-            failed
-        } else {
-            let mut batch = queue.batch();
-            let post = |swr: &SendWr<'_>| {
-                // SAFETY: the posting contract is the caller's.
-                unsafe { batch.post(swr) }
-            };
-            // SAFETY: `wrs` holds `n` readable requests (checked /
-            // contract); the SGE and payload contracts are the caller's.
-            let failed = unsafe { post_each(wrs, n, post) };
-            batch.ring();
-            failed
-        };
-        // SAFETY: `out_bad_index` is non-NULL (checked) and writable.
-        unsafe { send_post_status(failed, out_bad_index) }
-    })
+    // The work is out of line, so that the panic boundary's closure stays
+    // small enough to be inlined: a large one is called through a
+    // closure-capture block in unwinding builds (the arguments spilled to
+    // the stack and read back through pointers).
+    // SAFETY: the caller's contract, forwarded.
+    ffi_boundary!({ unsafe { post_ring(sq, wrs, n, out_bad_index) } })
+}
+
+/// The body of [`rdd_mlx5_sq_post_ring`].
+///
+/// # Safety
+/// As for [`rdd_mlx5_sq_post_ring`].
+#[inline(never)]
+unsafe fn post_ring(
+    sq: *mut rdd_mlx5_sq_storage,
+    wrs: *const rdd_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> rdd_status {
+    // SAFETY: caller contract.
+    let queue = try_status!(unsafe { send_post_args(sq, wrs, n, out_bad_index) });
+    let failed = if n == 1 {
+        // One request: the queue's one-WQE path (it rings, covering
+        // earlier pending WQEs, only if the request is posted).
+        // SAFETY: `wrs` holds one readable request (checked /
+        // contract); the SGE, payload and posting contracts are the
+        // caller's.
+        let failed = unsafe { post_each(wrs, 1, PostOne(&mut *queue)) };
+        if failed.is_some() {
+            queue.ring();
+        }
+        failed
+    } else {
+        let mut batch = queue.batch();
+        // SAFETY: `wrs` holds `n` readable requests (checked /
+        // contract); the SGE, payload and posting contracts are the
+        // caller's.
+        let failed = unsafe { post_each(wrs, n, &mut batch) };
+        batch.ring();
+        failed
+    };
+    // SAFETY: `out_bad_index` is non-NULL (checked) and writable.
+    unsafe { send_post_status(failed, out_bad_index) }
 }
 
 /// Rings the send doorbell for every WQE posted since the last ring
