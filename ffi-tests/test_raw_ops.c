@@ -792,6 +792,11 @@ static void test_bound_queue_finalised(void)
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), -(int32_t)RDD_STATUS_INVALID_HANDLE);
     MUST(rdd_mlx5_cq_init(q.cq, &q.f.cq));
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), -(int32_t)RDD_STATUS_NO_SUCH_OBJECT);
+    /* rdd_mlx5_cq_init over a live, bound handle also starts unbound. */
+    MUST(rdd_mlx5_cq_bind(q.cq, q.sq, q.rq));
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), 0);
+    MUST(rdd_mlx5_cq_init(q.cq, &q.f.cq));
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), -(int32_t)RDD_STATUS_NO_SUCH_OBJECT);
     /* A moved CQ storage is not a handle. */
     MUST(rdd_mlx5_cq_bind(q.cq, q.sq, q.rq));
     {

@@ -252,6 +252,7 @@ void bad_inputs()
     for (uint64_t i = 0; i < 16; i++) {
         CHECK_EQ(rdd_mlx5_rq_recv(q.rq.get(), i, 0x5000, 8, 1, RDD_SEND_DEFER_DOORBELL), RDD_STATUS_OK);
     }
+    CHECK_EQ(fake_dbrec_rq(&q.f), 0u); // all deferred: nothing published
     refused(q, [&] { return rdd_mlx5_rq_recv(q.rq.get(), 16, 0x5000, 8, 1, 0); }, RDD_STATUS_RQ_FULL);
     CHECK_EQ(rdd_mlx5_rq_ring(nullptr), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_mlx5_rq_ring(&zero_rq), RDD_STATUS_INVALID_HANDLE);
