@@ -576,16 +576,19 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
         max_recv_sge: f.geo.rq_stride / 16,
     };
     let qpn = f.geo.qpn;
+    // Raw pointers, as a C program holds its storages: the CQ binding keeps
+    // the SQ and RQ pointers, which a later `&mut` reborrow of a `Box`
+    // would invalidate; every `&mut` below is derived from these.
     // SAFETY: the storage types are plain byte arrays: zeroes are valid.
-    let (mut sq, mut rq, mut cq): (
-        Box<rdd_mlx5_sq_storage>,
-        Box<rdd_mlx5_rq_storage>,
-        Box<rdd_mlx5_cq_storage>,
+    let (sq, rq, cq): (
+        *mut rdd_mlx5_sq_storage,
+        *mut rdd_mlx5_rq_storage,
+        *mut rdd_mlx5_cq_storage,
     ) = unsafe {
         (
-            Box::new(std::mem::zeroed()),
-            Box::new(std::mem::zeroed()),
-            Box::new(std::mem::zeroed()),
+            Box::into_raw(Box::new(std::mem::zeroed())),
+            Box::into_raw(Box::new(std::mem::zeroed())),
+            Box::into_raw(Box::new(std::mem::zeroed())),
         )
     };
     // SAFETY: the slot type is plain data: zeroes are valid.
@@ -600,7 +603,7 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
         let n = slots.len();
         // No BlueFlame, as in the `post_1` row.
         let s = rdd_mlx5_sq_init(
-            &mut *sq,
+            sq,
             &qp,
             qpn,
             &caps,
@@ -611,14 +614,11 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
         assert_eq!(s, rdd_status::Ok);
         let n = rq_ids.len();
         assert_eq!(
-            rdd_mlx5_rq_init(&mut *rq, &qp, &caps, rq_ids.as_mut_ptr(), n),
+            rdd_mlx5_rq_init(rq, &qp, &caps, rq_ids.as_mut_ptr(), n),
             rdd_status::Ok
         );
-        assert_eq!(rdd_mlx5_cq_init(&mut *cq, &cqd), rdd_status::Ok);
-        assert_eq!(
-            rdd_mlx5_cq_bind(&mut *cq, &mut *sq, &mut *rq),
-            rdd_status::Ok
-        );
+        assert_eq!(rdd_mlx5_cq_init(cq, &cqd), rdd_status::Ok);
+        assert_eq!(rdd_mlx5_cq_bind(cq, sq, rq), rdd_status::Ok);
     }
     // SAFETY: the C completion entry is plain data: zeroes are valid.
     let mut out: [rdd_wc; BATCH] = unsafe { std::mem::zeroed() };
@@ -626,13 +626,15 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
     let start = Instant::now();
     for _ in 0..iters {
         let ds: [WriteDesc; BATCH] = core::array::from_fn(|i| desc(id + i as u64));
+        // SAFETY: the storages are live and used by nothing else now.
+        let (sq, rq, cq) = unsafe { (&mut *sq, &mut *rq, &mut *cq) };
         let s = match (what, per) {
-            (Abi::PostRing, 1) => rdd_abi_post_ring_1(black_box(&mut sq), black_box(&ds[0])),
-            (Abi::PostRing, _) => rdd_abi_post_ring_16(black_box(&mut sq), black_box(&ds)),
-            (Abi::Op, 1) => rdd_abi_op_post_1(black_box(&mut sq), black_box(&ds[0])),
-            (Abi::Op, _) => rdd_abi_op_post_16(black_box(&mut sq), black_box(&ds)),
-            (_, 1) => rdd_abi_post_1(black_box(&mut sq), black_box(&ds[0])),
-            (_, _) => rdd_abi_post_16(black_box(&mut sq), black_box(&ds)),
+            (Abi::PostRing, 1) => rdd_abi_post_ring_1(black_box(&mut *sq), black_box(&ds[0])),
+            (Abi::PostRing, _) => rdd_abi_post_ring_16(black_box(&mut *sq), black_box(&ds)),
+            (Abi::Op, 1) => rdd_abi_op_post_1(black_box(&mut *sq), black_box(&ds[0])),
+            (Abi::Op, _) => rdd_abi_op_post_16(black_box(&mut *sq), black_box(&ds)),
+            (_, 1) => rdd_abi_post_1(black_box(&mut *sq), black_box(&ds[0])),
+            (_, _) => rdd_abi_post_16(black_box(&mut *sq), black_box(&ds)),
         };
         assert_eq!(s, rdd_status::Ok);
         // One CQE per (signaled) WQE, then the poll that retires them.
@@ -642,12 +644,12 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
             pi += 1;
         }
         let got = if what == Abi::PollBound {
-            rdd_abi_poll_bound(black_box(&mut cq), black_box(&mut out), per as u32) as usize
+            rdd_abi_poll_bound(black_box(&mut *cq), black_box(&mut out), per as u32) as usize
         } else {
             rdd_abi_poll(
-                black_box(&mut cq),
-                black_box(&mut sq),
-                black_box(&mut rq),
+                black_box(&mut *cq),
+                black_box(&mut *sq),
+                black_box(&mut *rq),
                 black_box(&mut out),
                 per,
             )
@@ -657,6 +659,13 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
         id += per as u64;
     }
     assert_eq!(f.dbrec_sq(), pi & 0xffff, "every WQE rung");
+    // SAFETY: from `Box::into_raw` above, not used after this (the handles
+    // own nothing that needs finalising).
+    unsafe {
+        drop(Box::from_raw(sq));
+        drop(Box::from_raw(rq));
+        drop(Box::from_raw(cq));
+    }
     let func = match (what, per) {
         (Abi::Poll, _) => "rdd_abi_poll",
         (Abi::PollBound, _) => "rdd_abi_poll_bound",

@@ -45,17 +45,16 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdma_direct::ffi::{
-    rdd_mlx5_cq_bind, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
-    rdd_mlx5_cq_storage, rdd_mlx5_rq_fini, rdd_mlx5_rq_init, rdd_mlx5_rq_post,
-    rdd_mlx5_rq_recv, rdd_mlx5_rq_ring, rdd_mlx5_rq_storage, rdd_mlx5_sq_cmp_swap,
-    rdd_mlx5_sq_fetch_add, rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post,
-    rdd_mlx5_sq_read, rdd_mlx5_sq_ring, rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm,
-    rdd_mlx5_sq_send_inline, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage, rdd_mlx5_sq_write,
-    rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline, rdd_mlx5dv_cq, rdd_mlx5dv_qp,
-    rdd_qp_caps, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr, RDD_MLX5_SQ_BF_INLINE_ONLY,
-    RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER, RDD_MLX5_SQ_SIG_ALL,
-    RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE, RDD_SEND_SIGNALED,
-    RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD,
+    rdd_mlx5_cq_bind, rdd_mlx5_cq_fini, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
+    rdd_mlx5_cq_storage, rdd_mlx5_rq_fini, rdd_mlx5_rq_init, rdd_mlx5_rq_post, rdd_mlx5_rq_recv,
+    rdd_mlx5_rq_ring, rdd_mlx5_rq_storage, rdd_mlx5_sq_cmp_swap, rdd_mlx5_sq_fetch_add,
+    rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_read, rdd_mlx5_sq_ring,
+    rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm, rdd_mlx5_sq_send_inline, rdd_mlx5_sq_slot,
+    rdd_mlx5_sq_storage, rdd_mlx5_sq_write, rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline,
+    rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr,
+    RDD_MLX5_SQ_BF_INLINE_ONLY, RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER,
+    RDD_MLX5_SQ_SIG_ALL, RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE,
+    RDD_SEND_SIGNALED, RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD,
     RDD_WR_RDMA_READ, RDD_WR_RDMA_WRITE, RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND,
     RDD_WR_SEND_WITH_IMM,
 };
@@ -196,12 +195,14 @@ fn read_send(r: &mut Bytes<'_>, kind: Kind, pool: &[u8]) -> SendCall {
 }
 
 /// One fake QP + CQ and its three live handles (the CQ bound to the SQ and
-/// RQ on the per-opcode side).
+/// RQ on the per-opcode side). The storages are held as raw pointers, as a
+/// C caller holds them: a binding keeps the SQ and RQ pointers, which a
+/// later `&mut` reborrow of a `Box` would invalidate.
 struct Side {
     f: FakeMlx5,
-    sq: Box<rdd_mlx5_sq_storage>,
-    rq: Box<rdd_mlx5_rq_storage>,
-    cq: Box<rdd_mlx5_cq_storage>,
+    sq: *mut rdd_mlx5_sq_storage,
+    rq: *mut rdd_mlx5_rq_storage,
+    cq: *mut rdd_mlx5_cq_storage,
 }
 
 impl Side {
@@ -212,9 +213,9 @@ impl Side {
         // SAFETY: the storages are byte arrays: all zeroes is valid.
         let (sq, rq, cq) = unsafe {
             (
-                Box::<rdd_mlx5_sq_storage>::new_zeroed().assume_init(),
-                Box::<rdd_mlx5_rq_storage>::new_zeroed().assume_init(),
-                Box::<rdd_mlx5_cq_storage>::new_zeroed().assume_init(),
+                Box::into_raw(Box::<rdd_mlx5_sq_storage>::new_zeroed().assume_init()),
+                Box::into_raw(Box::<rdd_mlx5_rq_storage>::new_zeroed().assume_init()),
+                Box::into_raw(Box::<rdd_mlx5_cq_storage>::new_zeroed().assume_init()),
             )
         };
         Side { f, sq, rq, cq }
@@ -231,11 +232,11 @@ impl Side {
         // memory and the tables are its own (`rdd_mlx5_sq_slot` has the
         // layout of `WrSlot`); all outlive the handles (fini in Drop).
         unsafe {
-            let _ = rdd_mlx5_sq_fini(&mut *self.sq);
-            let _ = rdd_mlx5_rq_fini(&mut *self.rq);
+            let _ = rdd_mlx5_sq_fini(self.sq);
+            let _ = rdd_mlx5_rq_fini(self.rq);
             (
-                rdd_mlx5_sq_init(&mut *self.sq, &dv, self.f.geo.qpn, caps, flags, wrid, n),
-                rdd_mlx5_rq_init(&mut *self.rq, &dv, caps, rwrid, m),
+                rdd_mlx5_sq_init(self.sq, &dv, self.f.geo.qpn, caps, flags, wrid, n),
+                rdd_mlx5_rq_init(self.rq, &dv, caps, rwrid, m),
             )
         }
     }
@@ -243,10 +244,7 @@ impl Side {
     fn init_cq(&mut self) {
         let dv: rdd_mlx5dv_cq = self.f.dv_cq().into();
         // SAFETY: as in `init_queues`.
-        assert_eq!(
-            unsafe { rdd_mlx5_cq_init(&mut *self.cq, &dv) },
-            rdd_status::Ok
-        );
+        assert_eq!(unsafe { rdd_mlx5_cq_init(self.cq, &dv) }, rdd_status::Ok);
     }
 
     /// Everything but the RQ doorbell-record word, which a deferred
@@ -274,10 +272,15 @@ impl Side {
 impl Drop for Side {
     fn drop(&mut self) {
         // SAFETY: live (or zeroed) handles; fini of a zeroed one is an
-        // error that touches nothing.
+        // error that touches nothing. The pointers came from
+        // `Box::into_raw` and are not used after this.
         unsafe {
-            let _ = rdd_mlx5_sq_fini(&mut *self.sq);
-            let _ = rdd_mlx5_rq_fini(&mut *self.rq);
+            let _ = rdd_mlx5_sq_fini(self.sq);
+            let _ = rdd_mlx5_rq_fini(self.rq);
+            let _ = rdd_mlx5_cq_fini(self.cq);
+            drop(Box::from_raw(self.sq));
+            drop(Box::from_raw(self.rq));
+            drop(Box::from_raw(self.cq));
         }
     }
 }
@@ -292,15 +295,15 @@ unsafe fn call_op(sq: *mut rdd_mlx5_sq_storage, c: &SendCall) -> rdd_status {
     // is no device).
     unsafe {
         match c.kind {
-            Kind::Write => {
-                rdd_mlx5_sq_write(sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags)
-            }
+            Kind::Write => rdd_mlx5_sq_write(
+                sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags,
+            ),
             Kind::WriteImm => rdd_mlx5_sq_write_imm(
                 sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.imm, c.flags,
             ),
-            Kind::Read => {
-                rdd_mlx5_sq_read(sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags)
-            }
+            Kind::Read => rdd_mlx5_sq_read(
+                sq, c.wr_id, c.laddr, c.length, c.lkey, c.raddr, c.rkey, c.flags,
+            ),
             Kind::Send => rdd_mlx5_sq_send(sq, c.wr_id, c.laddr, c.length, c.lkey, c.flags),
             Kind::SendImm => {
                 rdd_mlx5_sq_send_imm(sq, c.wr_id, c.laddr, c.length, c.lkey, c.imm, c.flags)
@@ -412,14 +415,14 @@ impl Harness {
         };
         // SAFETY: live handles; `c.data` is NULL or inside the pool with
         // `length` bytes (read_send).
-        let got = unsafe { call_op(&mut *self.a.sq, &c) };
+        let got = unsafe { call_op(self.a.sq, &c) };
         if c.flags & !allowed != 0 {
             assert_eq!(got, rdd_status::InvalidFlags, "{c:?}");
             assert!(self.a.memory() == before, "refused {c:?} wrote");
             return;
         }
         // SAFETY: as above.
-        let want = unsafe { post_equivalent(&mut *self.b.sq, &c) };
+        let want = unsafe { post_equivalent(self.b.sq, &c) };
         assert_eq!(got, want, "{c:?}");
         if got != rdd_status::Ok {
             assert!(self.a.memory() == before, "refused {c:?} ({got:?}) wrote");
@@ -453,7 +456,7 @@ impl Harness {
         let lkey = r.u32();
         let before = self.a.memory();
         // SAFETY: a live handle; the SGE is never dereferenced.
-        let got = unsafe { rdd_mlx5_rq_recv(&mut *self.a.rq, wr_id, laddr, length, lkey, flags) };
+        let got = unsafe { rdd_mlx5_rq_recv(self.a.rq, wr_id, laddr, length, lkey, flags) };
         if flags & !RDD_SEND_DEFER_DOORBELL != 0 {
             assert_eq!(got, rdd_status::InvalidFlags);
             assert!(self.a.memory() == before, "refused receive wrote");
@@ -472,7 +475,7 @@ impl Harness {
         };
         let mut bad = 0usize;
         // SAFETY: a live handle; one request with a local SGE.
-        let want = unsafe { rdd_mlx5_rq_post(&mut *self.b.rq, &w, 1, &mut bad) };
+        let want = unsafe { rdd_mlx5_rq_post(self.b.rq, &w, 1, &mut bad) };
         assert_eq!(got, want, "receive {length} flags {flags:#x}");
         if got != rdd_status::Ok {
             assert!(self.a.memory() == before, "refused receive ({got:?}) wrote");
@@ -505,11 +508,11 @@ impl Harness {
         // SAFETY: live (and for A bound) handles; room for n <= MAX_POLL.
         let (got, want) = unsafe {
             (
-                rdd_mlx5_cq_poll_bound(&mut *self.a.cq, wa.as_mut_ptr(), n as u32),
+                rdd_mlx5_cq_poll_bound(self.a.cq, wa.as_mut_ptr(), n as u32),
                 rdd_mlx5_cq_poll(
-                    &mut *self.b.cq,
-                    &mut *self.b.sq,
-                    &mut *self.b.rq,
+                    self.b.cq,
+                    self.b.sq,
+                    self.b.rq,
                     wb.as_mut_ptr(),
                     n,
                     &mut count,
@@ -520,7 +523,11 @@ impl Harness {
             assert!(count <= n);
             assert_eq!(got, count as i32, "bound poll count");
             for i in 0..count {
-                assert_eq!(format!("{:?}", wa[i]), format!("{:?}", wb[i]), "completion {i}");
+                assert_eq!(
+                    format!("{:?}", wa[i]),
+                    format!("{:?}", wb[i]),
+                    "completion {i}"
+                );
             }
         } else {
             assert_eq!(got, -(want as u32 as i32), "bound poll status");
@@ -577,7 +584,7 @@ impl Harness {
 
     fn ring_sq(&mut self) {
         // SAFETY: live handles.
-        let (x, y) = unsafe { (rdd_mlx5_sq_ring(&mut *self.a.sq), rdd_mlx5_sq_ring(&mut *self.b.sq)) };
+        let (x, y) = unsafe { (rdd_mlx5_sq_ring(self.a.sq), rdd_mlx5_sq_ring(self.b.sq)) };
         assert_eq!((x, y), (rdd_status::Ok, rdd_status::Ok));
         self.rung.extend(self.pending.drain(..));
         self.check_twins("sq ring");
@@ -585,7 +592,7 @@ impl Harness {
 
     fn ring_rq(&mut self) {
         // SAFETY: a live handle. B published at post time.
-        let x = unsafe { rdd_mlx5_rq_ring(&mut *self.a.rq) };
+        let x = unsafe { rdd_mlx5_rq_ring(self.a.rq) };
         assert_eq!(x, rdd_status::Ok);
         // Nothing pending: nothing is written.
         if self.rq_published != self.rq_head {
@@ -674,8 +681,8 @@ fuzz_target!(|data: &[u8]| {
     }
     h.a.init_cq();
     h.b.init_cq();
-    // SAFETY: live handles in Boxes that stay in place for the whole run.
-    let bound = unsafe { rdd_mlx5_cq_bind(&mut *h.a.cq, &mut *h.a.sq, &mut *h.a.rq) };
+    // SAFETY: live handles whose storages stay in place for the whole run.
+    let bound = unsafe { rdd_mlx5_cq_bind(h.a.cq, h.a.sq, h.a.rq) };
     assert_eq!(bound, rdd_status::Ok);
     h.check_twins("init");
 

@@ -550,9 +550,26 @@ mod raw_flag {
 /// A `raw_ops` send: `len` as a `send::read_len` code of one byte (0: 0,
 /// 1: 8; 3 then a byte: that length; 9: 2^31), `aligned` remote address;
 /// inline sends point into the pool at offset 0 (or NULL).
-fn raw_send(w: &mut SeedWriter, op: u8, fsel: u8, wr_id: u64, len: &[u8], aligned: bool, null: bool) {
-    w.u8(op).u8(fsel).u64(wr_id).u64(0x7f5a_3c00_3000).bytes(len).u32(0x00a1_b2c3);
-    w.u64(if aligned { 0x7e00_1122_0040 } else { 0x7e00_1122_0044 });
+fn raw_send(
+    w: &mut SeedWriter,
+    op: u8,
+    fsel: u8,
+    wr_id: u64,
+    len: &[u8],
+    aligned: bool,
+    null: bool,
+) {
+    w.u8(op)
+        .u8(fsel)
+        .u64(wr_id)
+        .u64(0x7f5a_3c00_3000)
+        .bytes(len)
+        .u32(0x00a1_b2c3);
+    w.u64(if aligned {
+        0x7e00_1122_0040
+    } else {
+        0x7e00_1122_0044
+    });
     w.u8(0).u32(0x0bad_cafe).u32(0xdead_beef).u64(3).u64(4);
     if op == raw_op::WRITE_INLINE || op == raw_op::SEND_INLINE {
         w.u8(if null { 0 } else { 1 }).u16(0);
@@ -561,7 +578,12 @@ fn raw_send(w: &mut SeedWriter, op: u8, fsel: u8, wr_id: u64, len: &[u8], aligne
 
 /// A `raw_ops` receive of `len` (a read_len code) bytes.
 fn raw_recv(w: &mut SeedWriter, fsel: u8, wr_id: u64, len: &[u8]) {
-    w.u8(raw_op::RECV).u8(fsel).u64(wr_id).u64(0x5000).bytes(len).u32(0x55);
+    w.u8(raw_op::RECV)
+        .u8(fsel)
+        .u64(wr_id)
+        .u64(0x5000)
+        .bytes(len)
+        .u32(0x55);
 }
 
 /// A `raw_ops` CQE for the `pick`-th outstanding WQE (or the next
@@ -601,12 +623,44 @@ fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let mut w = SeedWriter::new();
     w.u8(5 | 0x10).u8(1).u8(2).u8(100).u8(1).u8(0x22);
     for i in 0..5u64 {
-        raw_send(&mut w, raw_op::WRITE, raw_flag::DEFER, i, &[3, 32], true, false);
+        raw_send(
+            &mut w,
+            raw_op::WRITE,
+            raw_flag::DEFER,
+            i,
+            &[3, 32],
+            true,
+            false,
+        );
     }
-    raw_send(&mut w, raw_op::SEND, raw_flag::SIGNALED, 5, &[1], true, false);
+    raw_send(
+        &mut w,
+        raw_op::SEND,
+        raw_flag::SIGNALED,
+        5,
+        &[1],
+        true,
+        false,
+    );
     raw_cqe(&mut w, raw_op::SEND_CQE, 5, 0, 4);
-    raw_send(&mut w, raw_op::SEND_INLINE, raw_flag::DEFER | raw_flag::SIGNALED, 6, &[3, 90], true, false);
-    raw_send(&mut w, raw_op::FETCH_ADD, raw_flag::DEFER, 7, &[1], true, false);
+    raw_send(
+        &mut w,
+        raw_op::SEND_INLINE,
+        raw_flag::DEFER | raw_flag::SIGNALED,
+        6,
+        &[3, 90],
+        true,
+        false,
+    );
+    raw_send(
+        &mut w,
+        raw_op::FETCH_ADD,
+        raw_flag::DEFER,
+        7,
+        &[1],
+        true,
+        false,
+    );
     w.u8(raw_op::RING_SQ);
     for i in 0..3u64 {
         raw_recv(&mut w, 1, 200 + i, &[1]);
@@ -628,15 +682,39 @@ fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
     raw_send(&mut w, raw_op::SEND_INLINE, 0, 4, &[3, 17], true, false);
     raw_send(&mut w, raw_op::WRITE_INLINE, 0, 5, &[1], true, true);
     raw_send(&mut w, raw_op::CMP_SWAP, 0, 6, &[1], false, false);
-    raw_send(&mut w, raw_op::FETCH_ADD, raw_flag::DEFER, 7, &[1], false, false);
+    raw_send(
+        &mut w,
+        raw_op::FETCH_ADD,
+        raw_flag::DEFER,
+        7,
+        &[1],
+        false,
+        false,
+    );
     for i in 0..5u64 {
-        raw_send(&mut w, raw_op::SEND, raw_flag::DEFER, 10 + i, &[1], true, false);
+        raw_send(
+            &mut w,
+            raw_op::SEND,
+            raw_flag::DEFER,
+            10 + i,
+            &[1],
+            true,
+            false,
+        );
     }
     raw_recv(&mut w, 2, 20, &[1]);
     raw_recv(&mut w, 0, 21, &[9]);
     w.u8(raw_op::RING_SQ);
     raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1);
-    raw_send(&mut w, raw_op::WRITE, raw_flag::SIGNALED | raw_flag::FENCE, 30, &[0], true, false);
+    raw_send(
+        &mut w,
+        raw_op::WRITE,
+        raw_flag::SIGNALED | raw_flag::FENCE,
+        30,
+        &[0],
+        true,
+        false,
+    );
     out.push(("refusals", w.finish()));
 
     // An error completion, a corrupt one, a re-initialisation under the
@@ -644,14 +722,38 @@ fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let mut w = SeedWriter::new();
     w.u8(4 | 0x08 | 0x40).u8(2).u8(3).u8(40).u8(2).u8(0x44);
     raw_send(&mut w, raw_op::WRITE_IMM, 0, 1, &[1], true, false);
-    raw_send(&mut w, raw_op::READ, raw_flag::SIGNALED, 2, &[1], true, false);
+    raw_send(
+        &mut w,
+        raw_op::READ,
+        raw_flag::SIGNALED,
+        2,
+        &[1],
+        true,
+        false,
+    );
     raw_cqe(&mut w, raw_op::SEND_CQE, 1, 0xc1, 2);
     raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 2);
-    raw_send(&mut w, raw_op::SEND, raw_flag::SIGNALED, 3, &[1], true, false);
+    raw_send(
+        &mut w,
+        raw_op::SEND,
+        raw_flag::SIGNALED,
+        3,
+        &[1],
+        true,
+        false,
+    );
     raw_recv(&mut w, 0, 4, &[1]);
     raw_cqe(&mut w, raw_op::RECV_CQE, 0, 0xc0, 3);
     w.u8(raw_op::REINIT);
-    raw_send(&mut w, raw_op::CMP_SWAP, raw_flag::SIGNALED, 5, &[1], true, false);
+    raw_send(
+        &mut w,
+        raw_op::CMP_SWAP,
+        raw_flag::SIGNALED,
+        5,
+        &[1],
+        true,
+        false,
+    );
     raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1);
     raw_recv(&mut w, 1, 6, &[1]);
     w.u8(raw_op::RING_RQ);
