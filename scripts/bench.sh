@@ -339,7 +339,7 @@ for bench, r, c in res:
         else:
             met = f"**no** (+{num(r['ir_op'] - target)})"
             misses.append(f"{label}: {num(r['ir_op'])} > {target}")
-    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post")) else "—"
+    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post", "abi_op_post")) else "—"
     print(f"| {label} | {unit} | {num(r['ir_op'])} | {cval} | {ratio} | {tgt} | {met} "
           f"| {fence_str(r)} | {fence_str(c)} | {ibv} |")
 

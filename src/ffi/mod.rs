@@ -8,7 +8,8 @@
 //! - Every function returns an
 //!   [`crate::ffi::status::rdd_status`]: 0 is success; crate
 //!   errors keep their [`crate::Error`] codes (1001..); C-ABI-only
-//!   failures are 2001.. . A status is never *read* from C as the enum:
+//!   failures are 2001.. . (One exception: `rdd_mlx5_cq_poll_bound`
+//!   returns an `int32_t`, the count or `-(int32_t)status`.) A status is never *read* from C as the enum:
 //!   [`crate::ffi::status::rdd_status_str`] takes a plain
 //!   `uint32_t` and maps unknown values.
 //! - Parameters: the object first, then inputs, then outputs; a buffer is
@@ -38,7 +39,7 @@
 //!   `RDD_STATUS_INVALID_HANDLE`.
 //! - Threading: a handle may move between threads but must not be used by
 //!   two threads at once; `rdd_mlx5_cq_poll` uses the SQ and RQ handles it
-//!   is given as well.
+//!   is given as well, `rdd_mlx5_cq_poll_bound` those bound to the CQ.
 //! - Panics: the data path is designed never to panic. With `std`, every
 //!   export catches a panic and returns `RDD_STATUS_PANIC` (the release
 //!   profile aborts instead); without `std` a panic reaches the panic
