@@ -14,7 +14,7 @@
 //! writing CQEs) happens in the driver loops, outside the measured
 //! functions.
 //!
-//! The WR is the shape: RC RDMA_WRITE, 8 bytes, one SGE, signaled,
+//! The WR is the measured shape: RC RDMA_WRITE, 8 bytes, one SGE, signaled,
 //! every field a runtime value read from a [`WriteDesc`] (the C reference
 //! `benches/c/mlx5_ref.c` reads the same struct). Queues live in
 //! [`FakeMlx5`] memory: a 256-BB send queue, a 256-entry CQ of 64-byte

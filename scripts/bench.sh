@@ -361,5 +361,5 @@ if misses:
 else:
     print("All targets met.")
 print(f"\nibv_post_send figure: {QUOTED_IBV} instructions/WR on libmlx5 for the same shape, "
-      "quoted from the issue (libmlx5 cannot be measured without a device).")
+      "quoted from a measurement of rdma-core's own code made outside this project (libmlx5 cannot be measured here without a device).")
 PY
