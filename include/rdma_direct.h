@@ -98,6 +98,16 @@
 #define RDD_SEND_INLINE 8
 
 /**
+ * Send flag of the calls that take one: leave the doorbell for a later
+ * call. The work request is written into the queue but the device is not
+ * told; a later call on the same queue without this bit, or the queue's
+ * explicit ring call, rings once for everything written since the last
+ * doorbell (the shape of `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`).
+ * Not an `IBV_SEND_*` bit: it never reaches a WQE.
+ */
+#define RDD_SEND_DEFER_DOORBELL 2147483648
+
+/**
  * Most SGEs (payload pieces) of one inline send.
  */
 #define RDD_WR_MAX_INLINE_SGE 16
@@ -2748,6 +2758,252 @@ rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
                             const struct rdd_recv_wr *wrs,
                             size_t n,
                             size_t *out_bad_index);
+
+/**
+ * Posts one RDMA WRITE of `length` bytes at `laddr` (local key `lkey`) to
+ * `raddr` (remote key `rkey`): `ibv_post_send` of one WR, without the
+ * `rdd_wr`. `flags` are `RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
+ * `RDD_SEND_SOLICITED` and `RDD_SEND_DEFER_DOORBELL`; without the last
+ * the doorbell rings (for this WR and every one deferred before it), with
+ * it the WR waits for a later call without it or for `rdd_qp_ring`.
+ * `length` 0 is a zero-byte WRITE. Same rules as `rdd_qp_post_send` of
+ * the equivalent `rdd_wr` (one SGE), same statuses:
+ *
+ * `OK`; `NULL_PARAMETER` (`qp` NULL); `INVALID_HANDLE` (destroyed,
+ * forged or not a QP); `RESOURCE_BUSY` (another thread is using the QP);
+ * `INVALID_FLAGS` (any other bit, `RDD_SEND_INLINE` included);
+ * `TOO_MANY_SGES` (a QP granted no send SGE); `LENGTH_OVERFLOW` (`length`
+ * of 2^31 or more); `INVALID_QP_STATE` (not connected, or in error);
+ * `SQ_FULL`; `CQ_FULL` (an unguarded send CQ without headroom); on a
+ * kernel device also the provider's refusals (`UNSUPPORTED`,
+ * `PROVIDER_ERROR`). A refused call writes nothing and rings nothing.
+ *
+ * # Safety
+ * `laddr`/`lkey` name memory of this device's regions; the device checks
+ * them, so a wrong one fails the completion and cannot corrupt memory.
+ */
+rdd_status rdd_qp_write(struct rdd_qp *qp,
+                        uint64_t wr_id,
+                        uint64_t laddr,
+                        uint32_t length,
+                        uint32_t lkey,
+                        uint64_t raddr,
+                        uint32_t rkey,
+                        uint32_t flags);
+
+/**
+ * Posts one RDMA WRITE with immediate data `imm` (host order; the peer's
+ * receive completion carries it): as `rdd_qp_write`, and it consumes a
+ * receive at the peer. Same statuses as `rdd_qp_write` (on siw also
+ * `UNSUPPORTED`: no immediate data).
+ *
+ * # Safety
+ * As `rdd_qp_write`.
+ */
+rdd_status rdd_qp_write_imm(struct rdd_qp *qp,
+                            uint64_t wr_id,
+                            uint64_t laddr,
+                            uint32_t length,
+                            uint32_t lkey,
+                            uint64_t raddr,
+                            uint32_t rkey,
+                            uint32_t imm,
+                            uint32_t flags);
+
+/**
+ * Posts one RDMA READ of `length` bytes from `raddr` (remote key `rkey`)
+ * into `laddr` (local key `lkey`, a region with local write). Flags,
+ * deferral and statuses as `rdd_qp_write`.
+ *
+ * # Safety
+ * As `rdd_qp_write`; the device writes the local buffer.
+ */
+rdd_status rdd_qp_read(struct rdd_qp *qp,
+                       uint64_t wr_id,
+                       uint64_t laddr,
+                       uint32_t length,
+                       uint32_t lkey,
+                       uint64_t raddr,
+                       uint32_t rkey,
+                       uint32_t flags);
+
+/**
+ * Posts one SEND of `length` bytes at `laddr` (local key `lkey`); it
+ * lands in the peer's next posted receive. `length` 0 is an empty
+ * message. Flags, deferral and statuses as `rdd_qp_write`.
+ *
+ * # Safety
+ * As `rdd_qp_write`.
+ */
+rdd_status rdd_qp_send(struct rdd_qp *qp,
+                       uint64_t wr_id,
+                       uint64_t laddr,
+                       uint32_t length,
+                       uint32_t lkey,
+                       uint32_t flags);
+
+/**
+ * Posts one SEND with immediate data `imm` (host order). As
+ * `rdd_qp_send`; statuses as `rdd_qp_write_imm`.
+ *
+ * # Safety
+ * As `rdd_qp_write`.
+ */
+rdd_status rdd_qp_send_imm(struct rdd_qp *qp,
+                           uint64_t wr_id,
+                           uint64_t laddr,
+                           uint32_t length,
+                           uint32_t lkey,
+                           uint32_t imm,
+                           uint32_t flags);
+
+/**
+ * Posts one RDMA WRITE of the `length` bytes at `data` to `raddr`
+ * (remote key `rkey`), copied into the WQE before the call returns (no
+ * local key; the buffer is free again at once). `data` may be NULL when
+ * `length` is 0. Flags and deferral as `rdd_qp_write` (the inline
+ * payload is implied: `RDD_SEND_INLINE` is `INVALID_FLAGS` here too).
+ * Statuses as `rdd_qp_write`, plus `NULL_POINTER` (`data` NULL with a
+ * non-zero `length`) and `INLINE_TOO_LARGE` (more than the QP's
+ * `max_inline_data`, see `rdd_qp_query_caps`).
+ *
+ * # Safety
+ * `data` is NULL or points to `length` readable bytes.
+ */
+rdd_status rdd_qp_write_inline(struct rdd_qp *qp,
+                               uint64_t wr_id,
+                               const void *data,
+                               uint32_t length,
+                               uint64_t raddr,
+                               uint32_t rkey,
+                               uint32_t flags);
+
+/**
+ * Posts one SEND of the `length` bytes at `data`, copied into the WQE
+ * before the call returns. As `rdd_qp_write_inline`, same statuses.
+ *
+ * # Safety
+ * `data` is NULL or points to `length` readable bytes.
+ */
+rdd_status rdd_qp_send_inline(struct rdd_qp *qp,
+                              uint64_t wr_id,
+                              const void *data,
+                              uint32_t length,
+                              uint32_t flags);
+
+/**
+ * Posts one 8-byte atomic fetch-and-add of `add` on `raddr` (remote key
+ * `rkey`, 8-byte aligned); the value before the add lands in the 8 bytes
+ * at `laddr` (local key `lkey`, a region with local write). Flags and
+ * deferral as `rdd_qp_write`. Statuses as `rdd_qp_write` (without
+ * `LENGTH_OVERFLOW`), plus `ATOMIC_UNALIGNED` (`raddr` not a multiple of
+ * 8); siw has no atomics (`UNSUPPORTED`).
+ *
+ * # Safety
+ * As `rdd_qp_write`; the device writes the 8 local bytes.
+ */
+rdd_status rdd_qp_fetch_add(struct rdd_qp *qp,
+                            uint64_t wr_id,
+                            uint64_t laddr,
+                            uint32_t lkey,
+                            uint64_t raddr,
+                            uint32_t rkey,
+                            uint64_t add,
+                            uint32_t flags);
+
+/**
+ * Posts one 8-byte atomic compare-and-swap on `raddr` (remote key
+ * `rkey`, 8-byte aligned): if it holds `compare` it becomes `swap`; the
+ * value before lands in the 8 bytes at `laddr` (local key `lkey`). As
+ * `rdd_qp_fetch_add`, same statuses.
+ *
+ * # Safety
+ * As `rdd_qp_fetch_add`.
+ */
+rdd_status rdd_qp_cmp_swap(struct rdd_qp *qp,
+                           uint64_t wr_id,
+                           uint64_t laddr,
+                           uint32_t lkey,
+                           uint64_t raddr,
+                           uint32_t rkey,
+                           uint64_t compare,
+                           uint64_t swap,
+                           uint32_t flags);
+
+/**
+ * Posts one receive of up to `length` bytes into `laddr` (local key
+ * `lkey`, a region with local write): `rdd_qp_post_recv` of one
+ * `rdd_recv_wr` with one SGE. `flags` is 0 or `RDD_SEND_DEFER_DOORBELL`
+ * (the receive is published to the device by a later `rdd_qp_recv`
+ * without it, `rdd_qp_post_recv` or `rdd_qp_ring`; on a kernel device it
+ * is published at once).
+ *
+ * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
+ * `rdd_qp_write`); `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (a QP
+ * granted no receive SGE); `LENGTH_OVERFLOW`; `INVALID_QP_STATE` (RESET);
+ * `RQ_FULL`; `CQ_FULL` (an unguarded receive CQ without headroom); on a
+ * kernel device also the provider's refusals. A refused call writes
+ * nothing.
+ *
+ * # Safety
+ * `laddr`/`lkey` name memory of this device's regions (checked by the
+ * device).
+ */
+rdd_status rdd_qp_recv(struct rdd_qp *qp,
+                       uint64_t wr_id,
+                       uint64_t laddr,
+                       uint32_t length,
+                       uint32_t lkey,
+                       uint32_t flags);
+
+/**
+ * Rings the doorbells for every WR posted on `qp` with
+ * `RDD_SEND_DEFER_DOORBELL` since the last doorbell: one send doorbell
+ * for all the deferred sends (the `ibv_wr_complete` of a batch begun with
+ * the first deferred post) and the receive doorbell record for the
+ * deferred receives. Nothing pending: nothing happens. On a kernel device
+ * nothing is ever deferred, so it does nothing.
+ *
+ * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
+ * `rdd_qp_write`); `CQ_FULL` when the send CQ is unguarded and has no
+ * entry left for the completion the signalling guard may add at this
+ * doorbell: nothing is rung then; poll the CQ and ring again.
+ */
+rdd_status rdd_qp_ring(struct rdd_qp *qp);
+
+/**
+ * Polls up to `n` completions of every QP that completes on `cq` into
+ * `out[0..n]` and returns how many it wrote (0..n), or a negative
+ * `-(int32_t)rdd_status` on failure, with `out` unwritten. At most
+ * `INT32_MAX` are polled per call.
+ *
+ * The CQ knows its QPs (each `rdd_qp_create` naming it as send or receive
+ * CQ binds the QP, `rdd_qp_destroy` unbinds it), so unlike `rdd_cq_poll`
+ * there is no list to pass and only the CQ handle is checked. The call
+ * uses the CQ exclusively, and each QP exclusively from the first of its
+ * completions in this call on (one compare-and-swap, only for QPs with
+ * completions). If such a QP is in use by another thread (a post in
+ * flight: a broken threading contract), the call stops in front of that
+ * QP's completion without consuming it and returns the completions
+ * before it, or `-RDD_STATUS_RESOURCE_BUSY` if there are none; nothing is
+ * lost. Completions of destroyed QPs are discarded, and a failed
+ * completion moves its QP to the error state, as with `rdd_cq_poll`.
+ *
+ * Errors: `-RDD_STATUS_NULL_PARAMETER` (`cq` or `out` NULL, also for
+ * `n` = 0); `-RDD_STATUS_INVALID_ARGUMENT` (`out` misaligned);
+ * `-RDD_STATUS_INVALID_HANDLE` (destroyed, forged, not a CQ);
+ * `-RDD_STATUS_RESOURCE_BUSY` (the CQ, or the QP of the first completion,
+ * in use by another thread); `-RDD_STATUS_CQE_CORRUPT`,
+ * `-RDD_STATUS_CQE_COMPRESSED` (a bad entry from the device); on a kernel
+ * device also `-RDD_STATUS_PROVIDER_ERROR`. `n` = 0 checks the arguments
+ * and returns 0.
+ *
+ * # Safety
+ * `out` is valid for writes of `n` `rdd_wc`.
+ */
+int32_t rdd_cq_poll_n(struct rdd_cq *cq,
+                      struct rdd_wc *out,
+                      uint32_t n);
 
 /**
  * Creates a buffer pool in `pd`: allocates its region (heap, or huge

@@ -20,6 +20,16 @@ impl PanicValue for rdd_status {
     }
 }
 
+/// Exports that return a count or a negative status (`rdd_cq_poll_n`)
+/// report a panic as `-RDD_STATUS_PANIC`.
+#[cfg(feature = "std")]
+impl PanicValue for i32 {
+    #[inline]
+    fn panic_value() -> Self {
+        -(rdd_status::Panic as u32 as i32)
+    }
+}
+
 /// Runs an export's body as a closure. With `std` a panic is caught and
 /// turned into the return type's [`PanicValue`]; without `std` the body
 /// just runs (a panic reaches the panic handler). `return` inside the body

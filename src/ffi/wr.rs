@@ -68,6 +68,14 @@ pub const RDD_SEND_SOLICITED: u32 = 0x4;
 /// SGEs then point at the payload.
 pub const RDD_SEND_INLINE: u32 = 0x8;
 
+/// Send flag of the calls that take one: leave the doorbell for a later
+/// call. The work request is written into the queue but the device is not
+/// told; a later call on the same queue without this bit, or the queue's
+/// explicit ring call, rings once for everything written since the last
+/// doorbell (the shape of `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`).
+/// Not an `IBV_SEND_*` bit: it never reaches a WQE.
+pub const RDD_SEND_DEFER_DOORBELL: u32 = 0x8000_0000;
+
 /// Most SGEs (payload pieces) of one inline send.
 pub const RDD_WR_MAX_INLINE_SGE: usize = 16;
 
@@ -79,6 +87,7 @@ const_assert_eq!(
     RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED | RDD_SEND_INLINE,
     SendFlags::ALL.0
 );
+const_assert_eq!(RDD_SEND_DEFER_DOORBELL & SendFlags::ALL.0, 0);
 
 /// A send work request, modelled on `struct ibv_send_wr` without the
 /// `next` link (requests are passed as an array).

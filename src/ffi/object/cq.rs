@@ -5,6 +5,7 @@ use core::mem::MaybeUninit;
 
 use std::boxed::Box;
 use std::sync::Arc;
+use std::vec::Vec;
 
 use crate::api::{Headroom, RawCqPath};
 use crate::ffi::mlx5::rdd_wc;
@@ -72,6 +73,7 @@ pub unsafe extern "C" fn rdd_cq_create(
             cq: ExclusiveCell(cq),
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
             link: Arc::new(()),
+            bound: Vec::with_capacity(4),
             _keep: raw.keep,
             _dev_link: Arc::clone(&d.link),
         });

@@ -58,13 +58,20 @@ mod recover;
 
 mod post;
 
+mod ops;
+mod poll_n;
+
+#[cfg(test)]
+mod ops_tests;
 #[cfg(test)]
 mod tests;
 
 pub use cq::*;
 pub use device::*;
 pub use events::*;
+pub use ops::*;
 pub use pd_mr::*;
+pub use poll_n::*;
 pub use post::*;
 pub use qp::*;
 pub use recover::*;

@@ -14,7 +14,10 @@ use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, WrSlot};
 use crate::soft::{Access, SoftDevice};
 use crate::wr::QpCaps;
 
-use super::table::{ExclusiveCell, Object, KIND_CQ, KIND_DEVICE, KIND_MR, KIND_PD, KIND_QP};
+use crate::ffi::status::rdd_status;
+
+use super::table::{slot_ref, ExclusiveCell, Object, SlotRef};
+use super::table::{KIND_CQ, KIND_DEVICE, KIND_MR, KIND_PD, KIND_QP};
 
 // ---------------------------------------------------------------------
 // Objects
@@ -125,8 +128,20 @@ pub(super) struct CqObj {
     pub(super) adaptive: ExclusiveCell<crate::event::Adaptive>,
     /// Cloned once by every QP that completes here.
     pub(super) link: Arc<()>,
+    /// The QPs that complete here (bound by `rdd_qp_create`, unbound by
+    /// `rdd_qp_destroy`, both holding this CQ exclusively): the route of
+    /// `rdd_cq_poll_n`.
+    pub(super) bound: Vec<BoundQp>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
     pub(super) _dev_link: Arc<()>,
+}
+
+/// A QP that completes on a CQ, as the CQ knows it: its number (what a
+/// CQE names) and its slot, acquired only when a completion for it
+/// arrives.
+pub(super) struct BoundQp {
+    pub(super) qpn: u32,
+    pub(super) slot: SlotRef<QpObj>,
 }
 
 impl Drop for CqObj {
@@ -141,6 +156,18 @@ impl CqObj {
     /// QPs that complete on this CQ.
     pub(super) fn attached(&self) -> usize {
         Arc::strong_count(&self.link) - 1
+    }
+
+    /// Records that QP `qpn` (handle `qp`, live) completes here.
+    pub(super) fn bind(&mut self, qpn: u32, qp: usize) -> Result<(), rdd_status> {
+        let slot = slot_ref::<QpObj>(qp)?;
+        self.bound.push(BoundQp { qpn, slot });
+        Ok(())
+    }
+
+    /// Forgets QP `qpn` (before it is destroyed).
+    pub(super) fn unbind(&mut self, qpn: u32) {
+        self.bound.retain(|b| b.qpn != qpn);
     }
 }
 

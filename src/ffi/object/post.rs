@@ -54,7 +54,7 @@ pub(in crate::ffi) fn post_library_wr(
 /// entry is kept, as in `api::Qp::post_send`), and the first WR left out
 /// is `CQ_FULL`. Returns whether the provider was called, and the index
 /// and status of the first WR not posted.
-fn post_send_metered(
+pub(super) fn post_send_metered(
     p: &mut dyn crate::api::QpDriver,
     wrs: &[crate::wr::SendWr<'_>],
     meter: Option<&CqBudget>,
@@ -253,6 +253,7 @@ pub unsafe extern "C" fn rdd_qp_post_send(
             Some(b) => b.headroom.reserve(1),
             None => 0,
         };
+        let spare = reserved != 0;
         let sq = match q.q.get_mut() {
             QpImpl::Mlx5(o) => &mut o.sq,
             QpImpl::Driver(_) => return rdd_status::InvalidHandle,
@@ -297,7 +298,9 @@ pub unsafe extern "C" fn rdd_qp_post_send(
                 break;
             }
         }
-        if sq.pending() != 0 {
+        // WQEs deferred by the per-opcode calls (`RDD_SEND_DEFER_DOORBELL`)
+        // are rung too; on an unguarded CQ only with the spare entry in hand.
+        if sq.pending() != 0 && (meter.is_none() || spare) {
             sq.ring();
             q.doorbells += 1;
         }

@@ -72,8 +72,8 @@ pub unsafe extern "C" fn rdd_qp_create(
             return rdd_status::InvalidArgument;
         }
         let p = try_status!(shared::<PdObj>(h(pd)));
-        let scq = try_status!(excl::<CqObj>(h(send_cq)));
-        let rcq = if h(recv_cq) == h(send_cq) {
+        let mut scq = try_status!(excl::<CqObj>(h(send_cq)));
+        let mut rcq = if h(recv_cq) == h(send_cq) {
             None
         } else {
             Some(try_status!(excl::<CqObj>(h(recv_cq))))
@@ -227,6 +227,12 @@ pub unsafe extern "C" fn rdd_qp_create(
             _cq_links: cq_links,
         });
         let handle = try_status!(insert(obj));
+        // The CQs learn their new QP (for `rdd_cq_poll_n`); both are held,
+        // so no poll sees the QP before it is bound.
+        try_status!(scq.bind(raw.qpn, handle));
+        if let Some(r) = rcq.as_deref_mut() {
+            try_status!(r.bind(raw.qpn, handle));
+        }
         // SAFETY: non-NULL (checked), writable (caller contract).
         unsafe { put(out, as_handle(handle)) };
         rdd_status::Ok
@@ -242,12 +248,16 @@ pub extern "C" fn rdd_qp_destroy(qp: *mut rdd_qp) -> rdd_status {
     ffi_boundary!({
         let q = try_status!(excl::<QpObj>(h(qp)));
         // Hold the CQs so no poll sees the attached count change.
-        let _scq = try_status!(excl::<CqObj>(q.send_cq));
-        let _rcq = if q.recv_cq != q.send_cq {
+        let mut scq = try_status!(excl::<CqObj>(q.send_cq));
+        let mut rcq = if q.recv_cq != q.send_cq {
             Some(try_status!(excl::<CqObj>(q.recv_cq)))
         } else {
             None
         };
+        scq.unbind(q.qpn);
+        if let Some(r) = rcq.as_deref_mut() {
+            r.unbind(q.qpn);
+        }
         q.destroy();
         rdd_status::Ok
     })

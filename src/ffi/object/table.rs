@@ -1,6 +1,7 @@
 //! The handle table: slot allocation, handle encoding and the shared and
 //! exclusive guards every call acquires its handles through.
 
+use core::marker::PhantomData;
 use core::mem::{self, size_of};
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
@@ -250,6 +251,62 @@ pub(in crate::ffi) fn shared<T: Object>(h: usize) -> Result<Shared<T>, rdd_statu
     let obj = slot.obj.load(Ordering::Relaxed).cast::<T>();
     let obj = NonNull::new(obj).expect("live slot has an object");
     Ok(Shared { slot, obj })
+}
+
+/// A live object's slot, remembered by another object so that it can be
+/// acquired later without its handle being decoded again (a CQ's bound
+/// QPs, `rdd_cq_poll_n`). The word it expects holds the generation and
+/// the kind of `T`, so an acquisition only succeeds on that very object.
+pub(in crate::ffi) struct SlotRef<T: Object> {
+    slot: &'static Slot,
+    live: u64,
+    index: u32,
+    _kind: PhantomData<fn() -> T>,
+}
+
+/// The slot of handle `h` of kind `T`, for [`excl_ref`] (the handle need
+/// not be held, but must name a live object: a stale one is
+/// `INVALID_HANDLE`).
+pub(in crate::ffi) fn slot_ref<T: Object>(h: usize) -> Result<SlotRef<T>, rdd_status> {
+    let (slot, live, index) = lookup(h, T::KIND)?;
+    // Relaxed: only a plausibility check; every use is a CAS on the word.
+    if slot.state.load(Ordering::Relaxed) & !(EXCL | READERS) != live {
+        return Err(rdd_status::InvalidHandle);
+    }
+    Ok(SlotRef {
+        slot,
+        live,
+        index,
+        _kind: PhantomData,
+    })
+}
+
+/// Acquires the object `r` names exclusively, as [`excl`] does for a
+/// handle: one compare-and-swap, no decoding. `RESOURCE_BUSY` while
+/// another guard on it exists, `INVALID_HANDLE` once it was destroyed.
+#[inline(always)]
+pub(in crate::ffi) fn excl_ref<T: Object>(r: &SlotRef<T>) -> Result<Excl<T>, rdd_status> {
+    let (slot, live) = (r.slot, r.live);
+    // Acquire: pairs with the Release of the previous guard's drop (or of
+    // `insert`), so this call sees everything done under that guard.
+    match slot
+        .state
+        .compare_exchange(live, live | EXCL, Ordering::Acquire, Ordering::Relaxed)
+    {
+        Ok(_) => {}
+        Err(now) if now & !(EXCL | READERS) == live => return Err(rdd_status::ResourceBusy),
+        Err(_) => return Err(rdd_status::InvalidHandle),
+    }
+    let obj = slot.obj.load(Ordering::Relaxed).cast::<T>();
+    // Live (the CAS matched the live word, kind `T` included) implies a
+    // non-NULL object pointer of type `T`.
+    let obj = NonNull::new(obj).expect("live slot has an object");
+    Ok(Excl {
+        slot,
+        obj,
+        live,
+        index: r.index,
+    })
 }
 
 impl<T: Object> Deref for Excl<T> {

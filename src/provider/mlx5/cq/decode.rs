@@ -238,6 +238,11 @@ impl CompletionQueue {
         let qpn = sdq & 0x00ff_ffff;
         let counter = c.wqe_counter.get();
         let Some(q) = route.route_to(qpn) else {
+            if <R as CqRouteTo<S>>::busy(route) {
+                // The QP is the route's but in use elsewhere: stop here and
+                // leave the entry (not stale) for a later poll.
+                return Err(Error::ResourceBusy);
+            }
             self.stale += 1;
             return Ok(Step::Skip);
         };

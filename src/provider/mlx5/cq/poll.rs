@@ -17,7 +17,9 @@ impl CompletionQueue {
     /// A corrupt CQE is consumed and reported as [`Error::CqeCorrupt`] when
     /// it is the first entry of a call; after good entries it is left for
     /// the next call, so no completion is lost. A compressed CQE is never
-    /// consumed: [`Error::CqeCompressed`].
+    /// consumed: [`Error::CqeCompressed`]. Nor is an entry whose QP the
+    /// route reports busy ([`CqRoute::busy`]): the poll stops in front of
+    /// it, with [`Error::ResourceBusy`] when it is the first entry.
     #[inline(always)]
     pub fn poll<R: CqRoute + ?Sized>(&mut self, route: &mut R, out: &mut [Wc]) -> Result<usize> {
         // A one-entry poll (known at compile time when `out` is an array)
@@ -321,7 +323,9 @@ impl CompletionQueue {
                 Ok(Step::Skip) => ci = ci.wrapping_add(1),
                 Err(e) => {
                     if n == 0 {
-                        if e != Error::CqeCompressed {
+                        // A compressed entry, or one whose QP the route
+                        // reports busy, is left in place.
+                        if e != Error::CqeCompressed && e != Error::ResourceBusy {
                             ci = ci.wrapping_add(1);
                         }
                         result = Err(e);

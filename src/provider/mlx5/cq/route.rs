@@ -52,6 +52,16 @@ pub struct QpQueues<'q, S: ?Sized = SendQueue> {
 pub trait CqRoute {
     /// The queues of QP `qpn`, if this route owns it.
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>>;
+    /// True if the last [`CqRoute::route`] answered `None` because the QP
+    /// is this route's but its queues are in use elsewhere at the moment
+    /// (a route that takes each QP only when a completion for it arrives,
+    /// as the C object level's `rdd_cq_poll_n` does). The poller then stops
+    /// in front of that entry and leaves it for a later poll, instead of
+    /// consuming it as a stale entry. The default is `false`.
+    #[inline(always)]
+    fn busy(&self) -> bool {
+        false
+    }
 }
 
 /// The general form of [`CqRoute`]: routes to any kind of send queue
@@ -59,12 +69,21 @@ pub trait CqRoute {
 pub trait CqRouteTo<S: SqRetire + ?Sized> {
     /// The queues of QP `qpn`, if this route owns it.
     fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, S>>;
+    /// As [`CqRoute::busy`].
+    #[inline(always)]
+    fn busy(&self) -> bool {
+        false
+    }
 }
 
 impl<R: CqRoute + ?Sized> CqRouteTo<SendQueue> for R {
     #[inline(always)]
     fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, SendQueue>> {
         self.route(qpn)
+    }
+    #[inline(always)]
+    fn busy(&self) -> bool {
+        CqRoute::busy(self)
     }
 }
 
