@@ -181,11 +181,12 @@ pub unsafe extern "C" fn rdd_cq_poll(
         try_status!(check_array(qps, nqps));
         try_status!(check_array(out.cast_const(), n));
         let mut c = try_status!(excl::<CqObj>(h(cq)));
+        // Filled in place: the list is 8 KiB, too big to move.
+        let mut list = QpList::new();
         // SAFETY: the caller's contract on `qps` (checked above).
-        let mut list = match unsafe { route_list(&c, cq, qps, nqps) } {
-            Ok(l) => l,
-            Err(s) => return s,
-        };
+        if let Err(s) = unsafe { route_list(&c, cq, qps, nqps, &mut list) } {
+            return s;
+        }
         // SAFETY: `out` is non-NULL, aligned and valid for `n` writes
         // (checked / caller contract); `rdd_wc` has the layout of `Wc`
         // (asserted in the mlx5 module) and every bit pattern is valid.
@@ -233,8 +234,8 @@ pub(super) fn poll_counted(
     r
 }
 
-/// The QPs a poll routes to: every QP attached to the CQ, each exactly
-/// once, each completing there.
+/// Acquires into the empty `list` the QPs a poll routes to: every QP
+/// attached to the CQ, each exactly once, each completing there.
 ///
 /// # Safety
 /// `qps` is non-NULL, aligned and holds `nqps` readable handles.
@@ -243,11 +244,11 @@ pub(super) unsafe fn route_list(
     cq: *mut rdd_cq,
     qps: *const *mut rdd_qp,
     nqps: usize,
-) -> Result<QpList, rdd_status> {
+    list: &mut QpList,
+) -> Result<(), rdd_status> {
     if nqps != c.attached() {
         return Err(rdd_status::InvalidArgument);
     }
-    let mut list = QpList::new();
     for i in 0..nqps {
         // SAFETY: `qps` holds `nqps` readable handles (caller contract).
         let qh = h(unsafe { qps.add(i).read() });
@@ -264,7 +265,7 @@ pub(super) unsafe fn route_list(
         }
         list.push(g);
     }
-    Ok(list)
+    Ok(())
 }
 
 /// True if handle `qh` at `qps[i]` also appears at an earlier index.

@@ -82,11 +82,12 @@ pub unsafe extern "C" fn rdd_cq_wait(
             _ => return rdd_status::InvalidArgument,
         };
         let mut c = try_status!(excl::<CqObj>(h(cq)));
+        // Filled in place: the list is 8 KiB, too big to move.
+        let mut list = QpList::new();
         // SAFETY: the caller's contract on `qps` (checked above).
-        let mut list = match unsafe { route_list(&c, cq, qps, nqps) } {
-            Ok(l) => l,
-            Err(s) => return s,
-        };
+        if let Err(s) = unsafe { route_list(&c, cq, qps, nqps, &mut list) } {
+            return s;
+        }
         // SAFETY: as in `rdd_cq_poll`.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let backend = Arc::clone(&c.backend);
