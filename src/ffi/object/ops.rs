@@ -67,12 +67,9 @@ unsafe fn send_op(
     };
     let defer = flags & RDD_SEND_DEFER_DOORBELL != 0;
     let q: &mut QpObj = &mut g;
-    if q.send_budget.metered() {
-        // SAFETY: forwarded contract.
-        return unsafe { send_metered(q, &wr, defer) };
-    }
+    let metered = q.send_budget.metered();
     match q.q.get_mut() {
-        QpImpl::Mlx5(o) => {
+        QpImpl::Mlx5(o) if !metered => {
             // SAFETY: SGEs only reach the device, which checks each against
             // its registered regions (lkey, bounds, PD, access) before any
             // access; an inline payload is copied before return (forwarded
@@ -92,7 +89,35 @@ unsafe fn send_op(
                 Err(e) => e.into(),
             }
         }
+        // SAFETY: forwarded contract.
+        _ => unsafe { send_cold(q, wr, defer) },
+    }
+}
+
+/// [`send_op`] off the hot path: an unguarded send CQ, or a
+/// provider-posted QP. The WR comes by value, so the hot path never
+/// stores it.
+///
+/// # Safety
+/// As [`send_op`].
+#[cold]
+#[inline(never)]
+unsafe fn send_cold(q: &mut QpObj, wr: SendWr<'_>, defer: bool) -> rdd_status {
+    if q.send_budget.metered() {
+        // SAFETY: forwarded contract.
+        return unsafe { send_metered(q, &wr, defer) };
+    }
+    match q.q.get_mut() {
         QpImpl::Driver(p) => send_driver(&mut **p, &wr, None, &mut q.doorbells),
+        // Not reached (the hot path takes unmetered mlx5 QPs).
+        // SAFETY: as in `send_op`.
+        QpImpl::Mlx5(o) => match unsafe { o.sq.post_one(&wr) } {
+            Ok(()) => {
+                q.doorbells += 1;
+                rdd_status::Ok
+            }
+            Err(e) => e.into(),
+        },
     }
 }
 
@@ -103,8 +128,6 @@ unsafe fn send_op(
 ///
 /// # Safety
 /// As [`send_op`].
-#[cold]
-#[inline(never)]
 unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_status {
     let b = Arc::clone(&q.send_budget);
     let o = match q.q.get_mut() {
@@ -149,8 +172,6 @@ unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_statu
 /// verbs fallback): posted and rung at once, deferral bit or not (the
 /// providers have no deferral), with the headroom check of
 /// `rdd_qp_post_send` when `meter` is the unguarded send CQ's account.
-#[cold]
-#[inline(never)]
 fn send_driver(
     p: &mut dyn QpDriver,
     wr: &SendWr<'_>,

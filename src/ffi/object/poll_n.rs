@@ -64,19 +64,27 @@ impl<'a> LazyRoute<'a> {
         }
     }
 
-    /// The held entry for `qpn`.
+    /// The held entry for `qpn`, or `len` if there is none.
     #[inline(always)]
-    fn find(&self, qpn: u32) -> Option<usize> {
+    fn find(&self, qpn: u32) -> usize {
+        let mut i = 0;
         // SAFETY: entries `..len` are initialised.
-        (0..self.len).find(|&i| unsafe { self.held[i].assume_init_ref().0 } == qpn)
+        while i < self.len && unsafe { self.held[i].assume_init_ref().0 } != qpn {
+            i += 1;
+        }
+        i
     }
 
     /// Acquires bound QP `qpn` into a held entry. `None` if it is not
     /// bound here (a stale entry of a destroyed QP: skipped by the poller)
     /// or in use elsewhere (`busy` set: the poller stops).
-    #[inline]
+    #[inline(always)]
     fn acquire(&mut self, qpn: u32) -> Option<usize> {
-        let b = self.bound.iter().find(|b| b.qpn == qpn)?;
+        let mut k = 0;
+        while k < self.bound.len() && self.bound[k].qpn != qpn {
+            k += 1;
+        }
+        let b = self.bound.get(k)?;
         let g = match excl_ref(&b.slot) {
             Ok(g) => g,
             Err(rdd_status::ResourceBusy) => {
@@ -116,10 +124,10 @@ impl CqRoute for LazyRoute<'_> {
     #[inline(always)]
     fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
         self.busy = false;
-        let i = match self.find(qpn) {
-            Some(i) => i,
-            None => self.acquire(qpn)?,
-        };
+        let mut i = self.find(qpn);
+        if i == self.len {
+            i = self.acquire(qpn)?;
+        }
         // SAFETY: `i < len`: initialised.
         let g = unsafe { &mut self.held[i].assume_init_mut().1 };
         match g.q.get_mut() {
