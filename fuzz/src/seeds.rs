@@ -761,6 +761,122 @@ fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
+/// Op codes of `obj_ops` (calls are 0..=9 in the target's order).
+mod obj_op {
+    pub const WRITE: u8 = 0;
+    pub const WRITE_IMM: u8 = 1;
+    pub const READ: u8 = 2;
+    pub const SEND: u8 = 3;
+    pub const SEND_IMM: u8 = 4;
+    pub const WRITE_INLINE: u8 = 5;
+    pub const SEND_INLINE: u8 = 6;
+    pub const FETCH_ADD: u8 = 7;
+    pub const CMP_SWAP: u8 = 8;
+    pub const RECV: u8 = 9;
+    pub const RING: u8 = 10;
+    pub const STEP: u8 = 11;
+    pub const BAD_HANDLE: u8 = 12;
+}
+
+/// `obj_ops` call flag selectors (`fsel`).
+mod obj_f {
+    pub const SIG: u8 = 0x02;
+    pub const DEFER: u8 = 0x08;
+    pub const INLINE: u8 = 0x10;
+    pub const STRAY: u8 = 0x20;
+}
+
+/// One `obj_ops` call's fields after its op byte: flags, wr_id, length
+/// selector, local and remote offsets, key selector, immediate, operands.
+#[allow(clippy::too_many_arguments)]
+fn obj_fields(w: &mut SeedWriter, fsel: u8, wr_id: u16, lsel: u8, loff: u16, roff: u16, ksel: u8) {
+    w.u8(fsel).u16(wr_id).u8(lsel).u16(loff).u16(roff).u8(ksel);
+    w.u32(0xabc0_0000 | wr_id as u32).u64(5).u64(0x1122_3344);
+}
+
+fn obj_call(w: &mut SeedWriter, op: u8, fsel: u8, wr_id: u16, lsel: u8, loff: u16, roff: u16) {
+    w.u8(op);
+    // Key selector 8: valid keys, remote offset aligned for atomics.
+    obj_fields(w, fsel, wr_id, lsel, loff, roff, 8);
+}
+
+fn obj_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use obj_f::*;
+    use obj_op::*;
+    let mut out = Vec::new();
+    // Connected, 8 send and 8 receive WRs, 32 inline bytes: every call,
+    // a deferred batch, steps.
+    let mut w = SeedWriter::new();
+    w.u8(0x29).u8(0).u8(32);
+    obj_call(&mut w, RECV, 0, 1, 64, 2048, 0);
+    obj_call(&mut w, RECV, DEFER, 2, 64, 2112, 0);
+    for i in 0..3u16 {
+        obj_call(&mut w, WRITE, SIG | DEFER, 10 + i, 16, 16 * i, 256 + 16 * i);
+    }
+    obj_call(&mut w, SEND_INLINE, SIG, 13, 5, 0, 0);
+    w.u8(STEP).u8(2).u8(16);
+    obj_call(&mut w, SEND_IMM, SIG, 14, 8, 32, 0);
+    obj_call(&mut w, WRITE_IMM, SIG | DEFER, 15, 8, 40, 512);
+    obj_call(&mut w, READ, SIG, 16, 32, 1024, 256);
+    w.u8(STEP).u8(3).u8(16);
+    obj_call(&mut w, FETCH_ADD, SIG | DEFER, 17, 8, 128, 8);
+    obj_call(&mut w, CMP_SWAP, SIG, 18, 8, 136, 8);
+    obj_call(&mut w, WRITE_INLINE, SIG, 19, 12, 0, 600);
+    obj_call(&mut w, SEND, SIG, 20, 0, 0, 0);
+    w.u8(RING);
+    w.u8(STEP).u8(4).u8(8);
+    out.push(("all_calls", w.finish()));
+
+    // An unguarded 16-entry send CQ: signaled WRITEs until CQ_FULL, some
+    // deferred, polled in small batches.
+    let mut w = SeedWriter::new();
+    w.u8(0x3f).u8(7).u8(16);
+    for i in 0..18u16 {
+        let f = if i % 3 == 0 { SIG } else { SIG | DEFER };
+        obj_call(&mut w, WRITE, f, i, 8, 8 * i, 8 * i);
+    }
+    w.u8(STEP).u8(2).u8(5);
+    obj_call(&mut w, WRITE, DEFER, 40, 8, 0, 0);
+    w.u8(STEP).u8(2).u8(16);
+    for i in 0..4u16 {
+        obj_call(&mut w, READ, SIG | DEFER, 50 + i, 8, 512, 8 * i);
+    }
+    w.u8(RING).u8(STEP).u8(1).u8(16);
+    out.push(("unguarded", w.finish()));
+
+    // Refusals: bad flags, bad handles, misaligned atomics, inline too
+    // large or NULL, length overflow; and one send queue slot.
+    let mut w = SeedWriter::new();
+    w.u8(0x01).u8(0).u8(8);
+    obj_call(&mut w, WRITE, SIG | INLINE, 1, 8, 0, 0);
+    obj_call(&mut w, SEND, STRAY, 2, 8, 0, 0);
+    obj_call(&mut w, RECV, SIG, 3, 8, 0, 0);
+    for which in 0..4u8 {
+        w.u8(BAD_HANDLE).u8(which).u8(which * 2);
+        obj_fields(&mut w, SIG, 4, 8, 0, 0, 8);
+    }
+    w.u8(FETCH_ADD);
+    obj_fields(&mut w, SIG, 5, 8, 0, 4, 0);
+    obj_call(&mut w, SEND_INLINE, SIG, 6, 9, 0, 0);
+    w.u8(WRITE_INLINE);
+    obj_fields(&mut w, SIG, 7, 4, 0, 0, 4 | 8);
+    obj_call(&mut w, WRITE, SIG, 8, 245, 0, 0);
+    for i in 0..4u16 {
+        obj_call(&mut w, WRITE, DEFER, 9 + i, 8, 0, 0);
+    }
+    w.u8(STEP).u8(2).u8(4);
+    out.push(("rejections", w.finish()));
+
+    // Never connected: every call is INVALID_QP_STATE.
+    let mut w = SeedWriter::new();
+    w.u8(0x00).u8(0).u8(16);
+    for op in [WRITE, SEND_INLINE, CMP_SWAP, RECV] {
+        obj_call(&mut w, op, SIG | DEFER, op as u16, 8, 0, 0);
+    }
+    w.u8(RING).u8(STEP).u8(1).u8(4);
+    out.push(("reset", w.finish()));
+    out
+}
 /// Every seed: (target, name, bytes).
 pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut v = Vec::new();
@@ -773,6 +889,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     for (name, bytes) in raw_seeds() {
         v.push(("raw_ops", name, bytes));
     }
+    }
+    for (name, bytes) in obj_seeds() {
+        v.push(("obj_ops", name, bytes));
     v
 }
 

@@ -365,7 +365,8 @@ pub unsafe extern "C" fn rdd_qp_send_imm(
 /// local key; the buffer is free again at once). `data` may be NULL when
 /// `length` is 0. Flags and deferral as `rdd_qp_write` (the inline
 /// payload is implied: `RDD_SEND_INLINE` is `INVALID_FLAGS` here too).
-/// Statuses as `rdd_qp_write`, plus `NULL_POINTER` (`data` NULL with a
+/// Statuses as `rdd_qp_write` (without `TOO_MANY_SGES` and
+/// `LENGTH_OVERFLOW`: no SGE), plus `NULL_POINTER` (`data` NULL with a
 /// non-zero `length`) and `INLINE_TOO_LARGE` (more than the QP's
 /// `max_inline_data`, see `rdd_qp_query_caps`).
 ///
