@@ -62,6 +62,8 @@ mod ops;
 mod poll_n;
 
 #[cfg(test)]
+mod ops_driver_tests;
+#[cfg(test)]
 mod ops_tests;
 #[cfg(test)]
 mod tests;
