@@ -22,7 +22,7 @@ static_assert(std::is_same<decltype(&rdd_cq_poll_n), int32_t (*)(rdd_cq *, rdd_w
               "rdd_cq_poll_n returns a count or a negative status");
 static_assert(std::is_same<decltype(&rdd_qp_ring), rdd_status (*)(rdd_qp *)>::value,
               "rdd_qp_ring takes the QP only");
-static_assert(RDD_SEND_DEFER_DOORBELL == 0x80000000u, "the deferral bit");
+static_assert(RDD_SEND_DEFER_DOORBELL == 0x40000000u, "the deferral bit");
 
 namespace {
 

@@ -103,9 +103,11 @@
  * told; a later call on the same queue without this bit, or the queue's
  * explicit ring call, rings once for everything written since the last
  * doorbell (the shape of `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`).
- * Not an `IBV_SEND_*` bit: it never reaches a WQE.
+ * Not an `IBV_SEND_*` bit: it never reaches a WQE, and `rdd_wr.flags`
+ * refuses it (`INVALID_FLAGS`). Bit 30, far from the `RDD_SEND_*` bits
+ * (which grow from bit 0) and still a plain `int` constant in C.
  */
-#define RDD_SEND_DEFER_DOORBELL 2147483648
+#define RDD_SEND_DEFER_DOORBELL 1073741824
 
 /**
  * Most SGEs (payload pieces) of one inline send.
@@ -298,17 +300,6 @@
  * `rdd_wc.wc_flags`: `imm_data` holds an invalidated rkey.
  */
 #define RDD_WC_FLAG_WITH_INV 8
-
-/**
- * `flags` of the per-opcode posts (`rdd_mlx5_sq_write` and friends,
- * `rdd_mlx5_rq_recv`): write the WQE but do not ring the doorbell; a
- * later call without this bit, or `rdd_mlx5_sq_ring` (`rdd_mlx5_rq_ring`
- * for receives), rings it for every pending WQE. Bit 30, far from the
- * `RDD_SEND_*` / `IBV_SEND_*` bits (which grow from bit 0) and still a
- * plain `int` constant in C; it is not a work-request flag, so
- * `rdd_wr.flags` refuses it (`INVALID_FLAGS`).
- */
-#define RDD_SEND_DEFER_DOORBELL 1073741824
 
 /**
  * Rights of an exposure: RDMA READ only.

@@ -73,8 +73,10 @@ pub const RDD_SEND_INLINE: u32 = 0x8;
 /// told; a later call on the same queue without this bit, or the queue's
 /// explicit ring call, rings once for everything written since the last
 /// doorbell (the shape of `ibv_wr_start` / `ibv_wr_*` / `ibv_wr_complete`).
-/// Not an `IBV_SEND_*` bit: it never reaches a WQE.
-pub const RDD_SEND_DEFER_DOORBELL: u32 = 0x8000_0000;
+/// Not an `IBV_SEND_*` bit: it never reaches a WQE, and `rdd_wr.flags`
+/// refuses it (`INVALID_FLAGS`). Bit 30, far from the `RDD_SEND_*` bits
+/// (which grow from bit 0) and still a plain `int` constant in C.
+pub const RDD_SEND_DEFER_DOORBELL: u32 = 0x4000_0000;
 
 /// Most SGEs (payload pieces) of one inline send.
 pub const RDD_WR_MAX_INLINE_SGE: usize = 16;

@@ -43,14 +43,6 @@ const fn neg(s: rdd_status) -> i32 {
     -(s as u32 as i32)
 }
 
-#[cfg(feature = "std")]
-impl crate::ffi::macros::PanicValue for i32 {
-    #[inline]
-    fn panic_value() -> Self {
-        neg(rdd_status::Panic)
-    }
-}
-
 /// Binds the send and receive queue handles of one QP to the CQ handle,
 /// replacing any earlier binding, so that `rdd_mlx5_cq_poll_bound` needs
 /// the CQ alone. The CQ keeps the two storage addresses: both storages

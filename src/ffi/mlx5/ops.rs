@@ -30,14 +30,7 @@ use crate::ffi::wr::{RDD_SEND_FENCE, RDD_SEND_INLINE, RDD_SEND_SIGNALED, RDD_SEN
 use crate::provider::mlx5::{RecvQueue, SendQueue};
 use crate::wr::{RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
 
-/// `flags` of the per-opcode posts (`rdd_mlx5_sq_write` and friends,
-/// `rdd_mlx5_rq_recv`): write the WQE but do not ring the doorbell; a
-/// later call without this bit, or `rdd_mlx5_sq_ring` (`rdd_mlx5_rq_ring`
-/// for receives), rings it for every pending WQE. Bit 30, far from the
-/// `RDD_SEND_*` / `IBV_SEND_*` bits (which grow from bit 0) and still a
-/// plain `int` constant in C; it is not a work-request flag, so
-/// `rdd_wr.flags` refuses it (`INVALID_FLAGS`).
-pub const RDD_SEND_DEFER_DOORBELL: u32 = 0x4000_0000;
+pub use crate::ffi::wr::RDD_SEND_DEFER_DOORBELL;
 
 const_assert_eq!(RDD_SEND_DEFER_DOORBELL & SendFlags::ALL.0, 0);
 
