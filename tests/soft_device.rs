@@ -767,3 +767,16 @@ fn cqe128_round_trip() {
         );
     }
 }
+
+/// `Mr::load_u64` refuses every offset whose word is not inside the region,
+/// including offsets so large that `offset + 8` would wrap around.
+#[test]
+fn load_u64_refuses_offsets_past_the_end() {
+    let dev = Device::new(SoftDevice::new(Default::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let mr = pd.register(64, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(mr.load_u64(56), Some(0));
+    assert_eq!(mr.load_u64(64), None);
+    assert_eq!(mr.load_u64(4), None);
+    assert_eq!(mr.load_u64(usize::MAX - 7), None);
+}

@@ -108,7 +108,8 @@ impl<B: Backend> Mr<B> {
     /// Reads the 8-byte word at `offset` atomically (host order): for
     /// counters that peers update with RDMA atomics.
     pub fn load_u64(&self, offset: usize) -> Option<u64> {
-        if offset % 8 != 0 || offset + 8 > self.len {
+        // `checked_add`: an offset near `usize::MAX` must not wrap into range.
+        if offset % 8 != 0 || offset.checked_add(8).is_none_or(|end| end > self.len) {
             return None;
         }
         // SAFETY: in bounds and 8-aligned (page-aligned base).
