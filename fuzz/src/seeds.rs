@@ -877,6 +877,7 @@ fn obj_seeds() -> Vec<(&'static str, Vec<u8>)> {
     out.push(("reset", w.finish()));
     out
 }
+
 /// Every seed: (target, name, bytes).
 pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut v = Vec::new();
@@ -889,9 +890,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     for (name, bytes) in raw_seeds() {
         v.push(("raw_ops", name, bytes));
     }
-    }
     for (name, bytes) in obj_seeds() {
         v.push(("obj_ops", name, bytes));
+    }
     v
 }
 
