@@ -469,7 +469,7 @@ static void test_bad_flags_and_state(void)
 
     all_ops_give(&e, e.qp[0], RDD_SEND_INLINE, RDD_STATUS_INVALID_FLAGS);
     all_ops_give(&e, e.qp[0], 0x10, RDD_STATUS_INVALID_FLAGS);
-    all_ops_give(&e, e.qp[0], 0x40000000u | SIG, RDD_STATUS_INVALID_FLAGS);
+    all_ops_give(&e, e.qp[0], 0x20000000u | SIG, RDD_STATUS_INVALID_FLAGS);
     CHECK_EQ(rdd_qp_recv(e.qp[1], 1, e.addr[1], 8, e.lkey[1], SIG), RDD_STATUS_INVALID_FLAGS);
     CHECK_EQ(rdd_qp_recv(e.qp[1], 1, e.addr[1], 8, e.lkey[1], 0x40), RDD_STATUS_INVALID_FLAGS);
     CHECK_EQ(doorbells(e.qp[0]), 0);

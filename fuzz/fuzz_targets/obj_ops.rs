@@ -28,7 +28,7 @@
 //!               u8 % 17); 12 the call (k u8 % 10) on a bad handle (u8 % 4:
 //!               NULL, destroyed, forged, a CQ's); 13..=15 call u8 % 10
 //!   call: fsel u8 (bits 0-2 FENCE, SIGNALED, SOLICITED; bit 3 DEFER;
-//!         bit 4 RDD_SEND_INLINE; bit 5 stray 0x10; bit 6 stray 0x40000000),
+//!         bit 4 RDD_SEND_INLINE; bit 5 stray 0x10; bit 6 stray 0x20000000),
 //!         wr_id u16, lsel u8 (< 200: % 72 bytes, < 240: 8, < 250:
 //!         2^31 + lsel, else a raw u32), loff u16 % 4608, roff u16 % 4608,
 //!         ksel u8 (bit 0 bad lkey, bit 1 bad rkey, bit 2 NULL inline
@@ -228,7 +228,7 @@ fn read_call(r: &mut Bytes<'_>, k: u8) -> Call {
         flags |= 0x10;
     }
     if fsel & 0x40 != 0 {
-        flags |= 0x4000_0000;
+        flags |= 0x2000_0000;
     }
     let wr_id = r.u16() as u64;
     let lsel = r.u8();
@@ -445,7 +445,7 @@ impl Twin {
         if c.flags & !allowed != 0 {
             assert_eq!(sa, rdd_status::InvalidFlags, "{c:?}");
             // A stray bit is refused by the generic post as well.
-            if c.k != 9 && c.flags & (0x10 | 0x4000_0000) != 0 {
+            if c.k != 9 && c.flags & (0x10 | 0x2000_0000) != 0 {
                 let mut one = [generic_wr(c, &ob)];
                 let (sb, bad) = post_list(self.b.qp, &mut one);
                 assert_eq!((sb, bad), (rdd_status::InvalidFlags, 0), "{c:?}");
