@@ -50,25 +50,9 @@ use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 const BATCH: usize = 16;
 const DEFAULT_ITERS: u64 = 2000;
 
-/// What the application knows about one RDMA WRITE.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Desc {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Local buffer.
-    pub laddr: u64,
-    /// Remote buffer.
-    pub raddr: u64,
-    /// Bytes.
-    pub len: u32,
-    /// Local key.
-    pub lkey: u32,
-    /// Remote key.
-    pub rkey: u32,
-    /// `RDD_SEND_*` bits.
-    pub flags: u32,
-}
+#[path = "support/write_desc.rs"]
+mod write_desc;
+use write_desc::WriteDesc as Desc;
 
 // ---------------------------------------------------------------------
 // Measured functions

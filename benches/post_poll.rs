@@ -62,26 +62,9 @@ const DEFAULT_ITERS: u64 = 10_000;
 /// mlx5 opcode of RDMA_WRITE (docs/spec/mlx5.md §4), for the CQEs.
 const MLX5_OPCODE_RDMA_WRITE: u32 = 0x08;
 
-/// What the application knows about one RDMA_WRITE (the C reference takes
-/// the same struct).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WriteDesc {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Local buffer.
-    pub laddr: u64,
-    /// Remote buffer.
-    pub raddr: u64,
-    /// Bytes.
-    pub len: u32,
-    /// Local key.
-    pub lkey: u32,
-    /// Remote key.
-    pub rkey: u32,
-    /// `IBV_SEND_*` bits.
-    pub flags: u32,
-}
+#[path = "support/write_desc.rs"]
+mod write_desc;
+use write_desc::WriteDesc;
 
 /// The descriptor's SGE.
 #[inline(always)]
