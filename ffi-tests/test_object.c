@@ -968,11 +968,10 @@ static void test_create_and_connect_errors(void)
     CHECK_EQ(rdd_mr_reg(e.pd, 64, RDD_ACCESS_REMOTE_ATOMIC, &mr), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_mr_reg(e.pd, (size_t)RDD_MR_MAX_LEN + 1, 0, &mr), RDD_STATUS_INVALID_ARGUMENT);
     CHECK_EQ(rdd_mr_reg(e.pd, SIZE_MAX, 0, &mr), RDD_STATUS_INVALID_ARGUMENT);
+    /* An empty region is refused, as kernel devices refuse it (the
+     * kernel's ib_umem_get pins no zero-page range). */
+    CHECK_EQ(rdd_mr_reg(e.pd, 0, RDD_ACCESS_REMOTE_READ, &mr), RDD_STATUS_INVALID_ARGUMENT);
     CHECK(mr == (rdd_mr *)(uintptr_t)1);
-    MUST(rdd_mr_reg(e.pd, 0, RDD_ACCESS_REMOTE_READ, &mr));
-    CHECK_EQ(rdd_mr_len(mr, &len), RDD_STATUS_OK);
-    CHECK_EQ(len, 0);
-    CHECK_EQ(rdd_mr_free(mr), RDD_STATUS_OK);
     MUST(rdd_mr_reg(e.pd, 12345, RDD_ACCESS_LOCAL_WRITE, &mr));
     CHECK_EQ(rdd_mr_len(mr, &len), RDD_STATUS_OK);
     CHECK_EQ(len, 12345);
@@ -1098,9 +1097,10 @@ static void test_wait(void)
         rdd_recv_wr r = recv_make(200 + mode, &rs, 1);
         rdd_sge s = sge_at(&e, 0, 0, 8);
         rdd_wr w = wr_make(100 + mode, RDD_WR_SEND, RDD_SEND_SIGNALED, &s, 1);
+        n = 99;
         CHECK_EQ(rdd_cq_wait(e.cq[0], &e.qp[0], 1, wc, 4, mode, 50000000ull, &n),
                  RDD_STATUS_TIMEOUT);
-        CHECK_EQ(n, 0);
+        CHECK_EQ(n, 99); /* outputs only on success: TIMEOUT writes nothing */
         CHECK(now_s() - t0 >= 0.049);
         CHECK(now_s() - t0 < 5.0);
         MUST(rdd_qp_post_recv(e.qp[1], &r, 1, &bad));

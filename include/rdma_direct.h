@@ -192,6 +192,12 @@
 #define RDD_WC_LOC_QP_OP_ERR 2
 
 /**
+ * `rdd_wc.status`: local EE context operation error (reliable datagram;
+ * not expected).
+ */
+#define RDD_WC_LOC_EEC_OP_ERR 3
+
+/**
  * `rdd_wc.status`: local protection error.
  */
 #define RDD_WC_LOC_PROT_ERR 4
@@ -242,9 +248,39 @@
 #define RDD_WC_RNR_RETRY_EXC_ERR 13
 
 /**
+ * `rdd_wc.status`: local RDD violation (reliable datagram; not expected).
+ */
+#define RDD_WC_LOC_RDD_VIOL_ERR 14
+
+/**
+ * `rdd_wc.status`: remote invalid RD request (not expected).
+ */
+#define RDD_WC_REM_INV_RD_REQ_ERR 15
+
+/**
  * `rdd_wc.status`: remote aborted.
  */
 #define RDD_WC_REM_ABORT_ERR 16
+
+/**
+ * `rdd_wc.status`: invalid EE context number (not expected).
+ */
+#define RDD_WC_INV_EECN_ERR 17
+
+/**
+ * `rdd_wc.status`: invalid EE context state (not expected).
+ */
+#define RDD_WC_INV_EEC_STATE_ERR 18
+
+/**
+ * `rdd_wc.status`: fatal device error.
+ */
+#define RDD_WC_FATAL_ERR 19
+
+/**
+ * `rdd_wc.status`: response timeout.
+ */
+#define RDD_WC_RESP_TIMEOUT_ERR 20
 
 /**
  * `rdd_wc.status`: any other error.
@@ -275,6 +311,16 @@
  * `rdd_wc.opcode`: fetch and add.
  */
 #define RDD_WC_OP_FETCH_ADD 4
+
+/**
+ * `rdd_wc.opcode`: a memory-window bind.
+ */
+#define RDD_WC_OP_BIND_MW 5
+
+/**
+ * `rdd_wc.opcode`: a local invalidate.
+ */
+#define RDD_WC_OP_LOCAL_INV 6
 
 /**
  * `rdd_wc.opcode`: a receive.
@@ -423,6 +469,49 @@
  * A port went down; `element` is the port number.
  */
 #define RDD_EVENT_PORT_ERR 10
+
+/**
+ * `rdd_qp_attr.state`: just created or reset; nothing may be posted.
+ */
+#define RDD_QP_STATE_RESET 0
+
+/**
+ * `rdd_qp_attr.state`: initialised; receives may be posted.
+ */
+#define RDD_QP_STATE_INIT 1
+
+/**
+ * `rdd_qp_attr.state`: ready to receive.
+ */
+#define RDD_QP_STATE_RTR 2
+
+/**
+ * `rdd_qp_attr.state`: ready to send (connected).
+ */
+#define RDD_QP_STATE_RTS 3
+
+/**
+ * `rdd_qp_attr.state`: error; posts complete with `RDD_WC_WR_FLUSH_ERR`.
+ */
+#define RDD_QP_STATE_ERROR 4
+
+/**
+ * `rdd_qp_attr.recovery`: not in ERROR, nothing to recover.
+ */
+#define RDD_QP_RECOVERY_NONE 0
+
+/**
+ * `rdd_qp_attr.recovery`: in ERROR with work outstanding. The device
+ * flushes it; polling the QP's CQs (or `rdd_qp_recover`, which polls for
+ * you) takes the completions. Recovery is under way or still to do.
+ */
+#define RDD_QP_RECOVERY_DRAINING 1
+
+/**
+ * `rdd_qp_attr.recovery`: in ERROR with nothing outstanding. Move the QP
+ * through RESET (`rdd_qp_recover` does) and reconnect.
+ */
+#define RDD_QP_RECOVERY_DRAINED 2
 
 /**
  * `rdd_pool_config.flags`: back the region with 2 MiB huge pages
@@ -1092,21 +1181,6 @@ typedef struct rdd_soft_config {
 } rdd_soft_config;
 
 /**
- * An asynchronous device event (see `rdd_device_poll_async_event`).
- */
-typedef struct rdd_async_event {
-    /**
-     * `RDD_EVENT_*` (the `ibv_event_type` numbering).
-     */
-    uint32_t kind;
-    /**
-     * The QP number, CQ number or port number the event is about (as
-     * `kind` implies; 0 for device-wide events).
-     */
-    uint32_t element;
-} rdd_async_event;
-
-/**
  * QP creation attributes for `rdd_qp_create` (NULL there means the
  * defaults: 64 send and 64 receive WRs, 4 SGEs each way, 64 inline
  * bytes). The device may grant more than asked: read the result with
@@ -1138,6 +1212,21 @@ typedef struct rdd_qp_init {
      */
     uint32_t flags;
 } rdd_qp_init;
+
+/**
+ * An asynchronous device event (see `rdd_device_poll_async_event`).
+ */
+typedef struct rdd_async_event {
+    /**
+     * `RDD_EVENT_*` (the `ibv_event_type` numbering).
+     */
+    uint32_t kind;
+    /**
+     * The QP number, CQ number or port number the event is about (as
+     * `kind` implies; 0 for device-wide events).
+     */
+    uint32_t element;
+} rdd_async_event;
 
 /**
  * Connection data of a QP (`rdd_qp_query_info`), handed to the peer out of
@@ -1263,6 +1352,106 @@ typedef struct rdd_connect_attr {
      */
     uint8_t sl;
 } rdd_connect_attr;
+
+/**
+ * A snapshot of a QP (`rdd_qp_query`). The connection fields are those of
+ * the last successful `rdd_qp_connect` (or reconnecting
+ * `rdd_qp_recover`), and 0 while `connected` is 0. 72 bytes.
+ */
+typedef struct rdd_qp_attr {
+    /**
+     * `RDD_QP_STATE_*`, as the QP's handle knows it (an error completion
+     * moves it to ERROR).
+     */
+    uint32_t state;
+    /**
+     * `RDD_QP_RECOVERY_*`.
+     */
+    uint32_t recovery;
+    /**
+     * Send work posted and not yet completed: 64-byte basic blocks on the
+     * mlx5 path (the software device, ConnectX; one per WR of up to 64
+     * bytes), WRs on a kernel device's driver path (rxe, siw, the verbs
+     * fallback).
+     */
+    uint32_t send_outstanding;
+    /**
+     * Receives posted and not yet completed.
+     */
+    uint32_t recv_outstanding;
+    /**
+     * 1 if connected since the QP was created or last reset, else 0.
+     */
+    uint32_t connected;
+    /**
+     * The peer's QP number.
+     */
+    uint32_t dest_qpn;
+    /**
+     * The peer's initial PSN (this QP's receive PSN).
+     */
+    uint32_t rq_psn;
+    /**
+     * This QP's initial send PSN.
+     */
+    uint32_t sq_psn;
+    /**
+     * The path MTU in bytes both ports support.
+     */
+    uint32_t path_mtu;
+    /**
+     * `rdd_connect_attr.access`.
+     */
+    uint32_t access;
+    /**
+     * The rate limit the connect applied (kbit/s, 0: none).
+     */
+    uint32_t rate_limit_kbps;
+    /**
+     * The peer's LID.
+     */
+    uint16_t dest_lid;
+    /**
+     * Written as 0.
+     */
+    uint16_t reserved;
+    /**
+     * The peer's GID.
+     */
+    uint8_t dest_gid[16];
+    /**
+     * `rdd_connect_attr.rnr_retry`.
+     */
+    uint8_t rnr_retry;
+    /**
+     * `rdd_connect_attr.retry_cnt`.
+     */
+    uint8_t retry_cnt;
+    /**
+     * `rdd_connect_attr.traffic_class`.
+     */
+    uint8_t traffic_class;
+    /**
+     * `rdd_connect_attr.sl`.
+     */
+    uint8_t sl;
+    /**
+     * The local ACK timeout (IB encoding: 4.096 us * 2^timeout).
+     */
+    uint8_t timeout;
+    /**
+     * The minimum RNR NAK timer (IB encoding).
+     */
+    uint8_t min_rnr_timer;
+    /**
+     * RDMA READs and atomics outstanding in each direction.
+     */
+    uint8_t max_rd_atomic;
+    /**
+     * Written as 0.
+     */
+    uint8_t reserved2;
+} rdd_qp_attr;
 
 /**
  * A completion callback for `rdd_qp_recover`: called once per completion
@@ -1626,6 +1815,31 @@ typedef struct rdd_submit_counters {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * The name of a status as the header spells it (`"RDD_STATUS_SQ_FULL"`),
+ * for logs; `rdd_status_str` gives the message. Any value is accepted:
+ * one that is not an `rdd_status` gives `"unknown"`. A static
+ * NUL-terminated string, never NULL, never to be freed.
+ */
+const char *rdd_status_name(uint32_t status);
+
+/**
+ * The name of a completion status (`rdd_wc.status`, `RDD_WC_*`) as the
+ * header spells it (`"RDD_WC_REM_ACCESS_ERR"`), like libibverbs'
+ * `ibv_wc_status_str`; `rdd_wc_status_causes` explains it. Any value is
+ * accepted: one that is not an `RDD_WC_*` status gives `"unknown"`. A
+ * static NUL-terminated string, never NULL, never to be freed.
+ */
+const char *rdd_wc_status_name(uint32_t status);
+
+/**
+ * The name of a completion opcode (`rdd_wc.opcode`, `RDD_WC_OP_*`) as the
+ * header spells it (`"RDD_WC_OP_FETCH_ADD"`). Any value is accepted: one
+ * that is not an `RDD_WC_OP_*` gives `"unknown"`. A static
+ * NUL-terminated string, never NULL, never to be freed.
+ */
+const char *rdd_wc_opcode_name(uint32_t opcode);
 
 /**
  * Writes the message for `status` into `buf` as a NUL-terminated string.
@@ -2393,10 +2607,16 @@ rdd_status rdd_pd_free(struct rdd_pd *pd);
  * only for what peers need). The buffer's address is `rdd_mr_addr`; it is
  * valid until `rdd_mr_free`.
  *
- * Errors: `INVALID_ARGUMENT` (unknown access bits, `len` above
+ * `len` is 1..=`RDD_MR_MAX_LEN`. A length of 0 is refused on every
+ * device (`ibv_reg_mr` of 0 bytes is accepted by some kernels and
+ * refused by others, and nothing needs an empty region: a zero-length
+ * SGE names no memory).
+ *
+ * Errors: `NULL_PARAMETER` (`out`), `INVALID_HANDLE` (`pd`),
+ * `INVALID_ARGUMENT` (unknown access bits, `len` 0 or above
  * `RDD_MR_MAX_LEN`), `INVALID_ATTRIBUTE` (remote write or atomic access
  * without `RDD_ACCESS_LOCAL_WRITE`), `RESOURCE_EXHAUSTED` (out of
- * memory).
+ * memory), or what the device reports.
  *
  * # Safety
  * `out` is valid for a write of one pointer.
@@ -2520,9 +2740,33 @@ rdd_status rdd_cq_budget(const struct rdd_cq *cq,
                          uint64_t *out_committed);
 
 /**
+ * The CQ depth that QPs created with `inits[0..n]` need if all their
+ * send and receive completions go to one CQ: the sizing guard's worst
+ * case, every WR their queues can hold, as the device sizes them (the C
+ * counterpart of `Device::cq_depth_for`). Pass `*out_depth` to
+ * `rdd_cq_create`; `rdd_qp_create` then accepts those QPs on that CQ. For
+ * separate send and receive CQs it is an upper bound for each. A default
+ * QP (`rdd_qp_create` with a NULL `init`) is `{64, 64, 4, 4, 64, 0}`.
+ * `n` = 0 gives 1. The device is used shared (no state changes).
+ *
+ * Errors: `NULL_PARAMETER` (`dev`, `inits` even with `n` 0, or
+ * `out_depth`), `INVALID_HANDLE` (a closed or forged `dev`), `INVALID_ARGUMENT` (unknown `flags` bits in
+ * an init, a misaligned `inits`, `n` too large to address).
+ *
+ * # Safety
+ * `inits` is valid for reads of `n` `rdd_qp_init`; `out_depth` is valid
+ * for a write of one `uint32_t`.
+ */
+rdd_status rdd_device_cq_depth_for(const struct rdd_device *dev,
+                                   const struct rdd_qp_init *inits,
+                                   size_t n,
+                                   uint32_t *out_depth);
+
+/**
  * Waits up to `timeout_ns` nanoseconds for completions, then polls them
  * like `rdd_cq_poll` (same `qps` rules): `*out_count` >= 1 and
- * `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (and `*out_count` = 0). Never
+ * `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (no completion came;
+ * `*out_count` is not written, as on every failure). Never
  * blocks longer than the timeout. `mode` is `RDD_WAIT_BUSY_POLL`,
  * `RDD_WAIT_EVENT` (sleeps in the kernel) or `RDD_WAIT_ADAPTIVE` (spins for
  * a budget learnt per CQ, then sleeps); other values are
@@ -2667,9 +2911,18 @@ rdd_status rdd_qp_set_rate_limit(struct rdd_qp *qp,
  * peer `remote` describes. `attr` may be NULL (no remote access, infinite
  * retries).
  *
- * Errors: `INVALID_QP_STATE` (not in RESET), `INVALID_ARGUMENT` (unknown
- * access bits, non-zero `reserved`), `INVALID_ATTRIBUTE` (retry counts
- * above 7). A failure part-way leaves the QP in the state it reached.
+ * A refused call changes nothing: every field is checked before the
+ * first state change, and a step the device refuses part-way (a limit
+ * only it knows) moves the QP back to RESET before the call returns.
+ *
+ * Errors: `NULL_PARAMETER` (`qp`, `remote`), `INVALID_HANDLE`, `RESOURCE_BUSY`
+ * (the QP is in use by another call), `INVALID_QP_STATE` (not in RESET),
+ * `INVALID_ARGUMENT` (unknown access bits, `remote->reserved` not 0),
+ * `INVALID_ATTRIBUTE` (`remote->qpn` or `remote->psn` wider than 24 bits,
+ * retry counts above 7, `sl` above 15), `UNSUPPORTED` (iWARP, which
+ * connects through rdma_cm; a rate limit, `rdd_qp_set_rate_limit`, on a
+ * device without packet pacing), or what the device reports
+ * (`PROVIDER_ERROR`, ...).
  *
  * # Safety
  * `remote` is valid for reads of one `rdd_qp_info`; `attr` is NULL or
@@ -2678,6 +2931,32 @@ rdd_status rdd_qp_set_rate_limit(struct rdd_qp *qp,
 rdd_status rdd_qp_connect(struct rdd_qp *qp,
                           const struct rdd_qp_info *remote,
                           const struct rdd_connect_attr *attr);
+
+/**
+ * Fills `*out` with the QP's state, what it was connected with, its
+ * outstanding send and receive work and its recovery phase
+ * (`rdd_qp_attr`). Asks the device nothing (no system call). Uses the QP
+ * exclusively, as posting does (the counters are the data path's): while
+ * another thread posts to it or polls its CQ, or `rdd_qp_recover` runs on
+ * it, this is `RESOURCE_BUSY` (which, during a recovery, also says the
+ * recovery is under way).
+ *
+ * Errors: `NULL_PARAMETER` (`qp` or `out`), `INVALID_HANDLE` (a
+ * destroyed or forged `qp`), `RESOURCE_BUSY`.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_qp_attr`.
+ */
+rdd_status rdd_qp_query(struct rdd_qp *qp,
+                        struct rdd_qp_attr *out);
+
+/**
+ * The name of a QP state as the header spells it (`"RDD_QP_STATE_RTS"`),
+ * for logs. Any value is accepted: one that is not an `RDD_QP_STATE_*`
+ * gives `"unknown"`. A static NUL-terminated string, never NULL, never to
+ * be freed.
+ */
+const char *rdd_qp_state_name(uint32_t state);
 
 /**
  * One-call QP recovery (after an error completion or a fatal QP event).

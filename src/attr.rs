@@ -133,7 +133,46 @@ pub struct QpModify {
     pub rate_limit_kbps: u32,
 }
 
+/// Largest packet sequence number (PSNs are 24 bits), also the largest
+/// QP number.
+pub const MAX_PSN: u32 = 0xff_ffff;
+
 impl QpModify {
+    /// Checks every attribute the target state uses, before anything is
+    /// changed: a refused state change leaves the QP as it was. INIT: only
+    /// [`Access::ALL`] bits. RTR: a path MTU of 256..=4096 bytes, a 24-bit
+    /// destination QP number and PSN, an RNR timer of 0..=31, an SL of
+    /// 0..=15 and a 20-bit flow label. RTS: a 24-bit PSN, a timeout of
+    /// 0..=31 and retry counts of 0..=7 (the widths of the fields in
+    /// `ibv_qp_attr` and of the IB transport headers: InfiniBand
+    /// Architecture Specification vol. 1, ch. 9 and 11). RESET and ERROR
+    /// use no attribute. Device limits (`max_rd_atomic`, the GID index, a
+    /// rate limit) are the device's to check.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        let bad = match self.state {
+            QpState::Init => self.access.0 & !Access::ALL.0 != 0,
+            QpState::Rtr => {
+                !(256..=4096).contains(&self.path_mtu)
+                    || self.dest_qpn > MAX_PSN
+                    || self.rq_psn > MAX_PSN
+                    || self.min_rnr_timer > 31
+                    || self.av.sl > 15
+                    || self.av.flow_label > 0xf_ffff
+            }
+            QpState::Rts => {
+                self.sq_psn > MAX_PSN
+                    || self.timeout > 31
+                    || self.retry_cnt > 7
+                    || self.rnr_retry > 7
+            }
+            QpState::Reset | QpState::Error => false,
+        };
+        if bad {
+            return Err(crate::error::Error::InvalidAttribute);
+        }
+        Ok(())
+    }
+
     /// A transition to `state` with default attributes.
     pub fn to(state: QpState) -> QpModify {
         QpModify {

@@ -1,6 +1,9 @@
 //! Connecting a QP: the connection data exchanged with the peer
-//! ([`QpInfo`]), the attributes ([`ConnectAttr`]) and the INIT, RTR and
-//! RTS steps built from them.
+//! ([`QpInfo`]), the attributes ([`ConnectAttr`]), their validation, and
+//! the INIT, RTR and RTS steps built from them.
+
+use crate::attr::MAX_PSN;
+use crate::error::{Error, Result};
 
 use super::{Access, AddressVector, PortInfo, QpModify, QpState, Transport};
 
@@ -18,6 +21,19 @@ pub struct QpInfo {
     pub gid: [u8; 16],
     /// Path MTU in bytes.
     pub mtu: u32,
+}
+
+impl QpInfo {
+    /// Checks the peer's connection data: a QP number and a PSN of 24
+    /// bits ([`Error::InvalidAttribute`] otherwise). The LID, GID and MTU
+    /// are taken as given (an MTU of 0 means unknown, and below 256 counts
+    /// as 256).
+    pub fn validate(&self) -> Result<()> {
+        if self.qpn > MAX_PSN || self.psn > MAX_PSN {
+            return Err(Error::InvalidAttribute);
+        }
+        Ok(())
+    }
 }
 
 /// Attributes for [`super::Qp::connect`].
@@ -70,6 +86,61 @@ impl Default for ConnectAttr {
             rate_limit_kbps: 0,
         }
     }
+}
+
+impl ConnectAttr {
+    /// Checks every attribute before anything is changed
+    /// ([`Error::InvalidAttribute`]): only [`Access::ALL`] bits, retry
+    /// counts of 0..=7, a timeout and an RNR timer of 0..=31, an SL of
+    /// 0..=15, and a `max_mtu` of 0 or at least 256. `max_rd_atomic`, the
+    /// GID index and the rate limit are device limits, checked by the
+    /// device (a connect it refuses part-way is rolled back to RESET).
+    pub fn validate(&self) -> Result<()> {
+        if self.access.0 & !Access::ALL.0 != 0
+            || self.rnr_retry > 7
+            || self.retry_cnt > 7
+            || self.timeout > 31
+            || self.min_rnr_timer > 31
+            || self.sl > 15
+            || (self.max_mtu != 0 && self.max_mtu < 256)
+        {
+            return Err(Error::InvalidAttribute);
+        }
+        Ok(())
+    }
+}
+
+/// What a QP was connected with ([`super::Qp::query`]): the peer's
+/// connection data, the attributes, and the path MTU both sides agreed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConnection {
+    /// The peer, as given to [`super::Qp::connect`].
+    pub remote: QpInfo,
+    /// The attributes, as given.
+    pub attr: ConnectAttr,
+    /// The path MTU in bytes (the smaller port MTU, capped by
+    /// `attr.max_mtu`).
+    pub path_mtu: u32,
+    /// This QP's initial send PSN.
+    pub sq_psn: u32,
+}
+
+/// Validates `remote` and `attr` and builds the three connect steps,
+/// each checked with [`QpModify::validate`]: on `Ok` nothing the caller
+/// can pass is left for the device to refuse but its own limits.
+pub(crate) fn checked_connect_steps(
+    port: &PortInfo,
+    psn: u32,
+    remote: &QpInfo,
+    attr: &ConnectAttr,
+) -> Result<[QpModify; 3]> {
+    remote.validate()?;
+    attr.validate()?;
+    let steps = connect_steps_for(port, psn, remote, attr);
+    for m in &steps {
+        m.validate()?;
+    }
+    Ok(steps)
 }
 
 /// The three state changes that connect a QP with initial send PSN `psn`

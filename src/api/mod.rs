@@ -40,6 +40,7 @@ mod headroom;
 mod mr;
 mod pd;
 mod qp;
+mod qp_query;
 mod recovery;
 mod shared_qp;
 mod soft_backend;
@@ -53,13 +54,16 @@ pub use async_event::AsyncEvent;
 pub use backend::{
     Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawQp, RawQpPath, Transport,
 };
+pub(crate) use connect::checked_connect_steps;
 pub(crate) use connect::connect_steps_for;
-pub use connect::{ConnectAttr, QpInfo};
+pub use connect::{ConnectAttr, QpConnection, QpInfo};
 pub use cq::Cq;
 pub use device::{Device, Pd};
 pub(crate) use headroom::{fitting_prefix, signaled, Headroom};
 pub use mr::Mr;
 pub(crate) use mr::RawMr;
 pub use qp::Qp;
+pub(crate) use qp_query::recovery_phase;
+pub use qp_query::{QpQuery, QpRecovery};
 pub use recovery::Recovery;
 pub use shared_qp::{SharedQp, SharedQpPoller, SharedRetirer};

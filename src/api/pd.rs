@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::Ordering;
 use crate::util::AlignedBuf;
 
@@ -14,9 +14,22 @@ use super::qp::{Mlx5Queues, Qp, QpPath};
 use super::{Access, Backend, QpInit, RawQpPath};
 
 impl<B: Backend> Pd<B> {
+    /// The largest region [`Pd::register`] allocates (2^40 bytes, as the
+    /// C API's `RDD_MR_MAX_LEN`).
+    pub const MAX_REGISTER: usize = 1 << 40;
+
     /// Allocates `len` zeroed, page-aligned bytes and registers them with
     /// exactly `access` (least privilege: ask only for what peers need).
+    ///
+    /// `len` is 1..=[`Pd::MAX_REGISTER`] ([`Error::InvalidAttribute`]
+    /// otherwise, before anything is allocated): an empty region is
+    /// refused on every device, as some kernels refuse it and others
+    /// register it, and nothing needs one (a zero-length SGE names no
+    /// memory).
     pub fn register(&self, len: usize, access: Access) -> Result<Mr<B>> {
+        if len == 0 || len > Self::MAX_REGISTER {
+            return Err(Error::InvalidAttribute);
+        }
         let buf = AlignedBuf::new(len);
         // SAFETY: `buf` lives in the returned Mr, which deregisters before
         // freeing it (Drop order: key first, then the buffer).
@@ -101,6 +114,7 @@ impl<B: Backend> Pd<B> {
             caps: raw.caps,
             psn: raw.psn & 0xff_ffff,
             path,
+            connection: None,
             _keep: raw.keep,
         })
     }

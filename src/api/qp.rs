@@ -13,11 +13,12 @@ use crate::provider::mlx5::{CqRoute, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, S
 use crate::sync::Ordering;
 use crate::wr::{QpCaps, RecvWr, SendWr};
 
+use super::connect::checked_connect_steps;
 use super::cq::{CqDemand, CqInner};
 use super::device::PdInner;
 use super::{
-    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, QpDriver, QpInfo, QpModify,
-    QpState, Transport,
+    connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, QpConnection, QpDriver,
+    QpInfo, QpModify, QpState, Transport,
 };
 
 /// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
@@ -31,6 +32,8 @@ pub struct Qp<B: Backend> {
     pub(super) caps: QpCaps,
     pub(super) psn: u32,
     pub(super) path: QpPath,
+    /// What the last successful [`Qp::connect`] used (cleared by RESET).
+    pub(super) connection: Option<QpConnection>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -168,8 +171,11 @@ impl<B: Backend> Qp<B> {
         }
     }
 
-    /// Moves the QP to `m.state` (validated by the device).
+    /// Moves the QP to `m.state`. The attributes the target state uses are
+    /// checked first ([`QpModify::validate`]), then by the device; a
+    /// refused change leaves the QP as it was.
     pub fn modify(&mut self, m: &QpModify) -> Result<()> {
+        m.validate()?;
         self.pd.b.modify_qp(self.qpn, m)?;
         match &mut self.path {
             QpPath::Mlx5(q) => {
@@ -181,6 +187,9 @@ impl<B: Backend> Qp<B> {
                 q.rq.set_state(m.state);
             }
             QpPath::Driver(p) => p.state_changed(m.state),
+        }
+        if m.state == QpState::Reset {
+            self.connection = None;
         }
         Ok(())
     }
@@ -196,13 +205,38 @@ impl<B: Backend> Qp<B> {
     /// RESET → INIT → RTR → RTS towards `remote` (connection data
     /// exchanged out of band). iWARP QPs connect only through rdma_cm and
     /// get [`Error::Unsupported`] here.
+    ///
+    /// A refused connect changes nothing: `remote` and `attr` are checked
+    /// in full first ([`QpInfo::validate`], [`ConnectAttr::validate`]:
+    /// [`Error::InvalidAttribute`]), a QP not in RESET is
+    /// [`Error::InvalidQpState`], and a step the device refuses part-way
+    /// (a limit only it knows, such as a rate limit it cannot pace) moves
+    /// the QP back to RESET before the error is returned.
     pub fn connect(&mut self, remote: &QpInfo, attr: &ConnectAttr) -> Result<()> {
-        if self.pd.b.port().transport == Transport::Iwarp {
+        let port = self.pd.b.port();
+        if port.transport == Transport::Iwarp {
             return Err(Error::Unsupported);
         }
-        for m in self.connect_steps(remote, attr) {
-            self.modify(&m)?;
+        let steps = checked_connect_steps(&port, self.psn, remote, attr)?;
+        if self.state() != QpState::Reset {
+            return Err(Error::InvalidQpState);
         }
+        for (i, m) in steps.iter().enumerate() {
+            if let Err(e) = self.modify(m) {
+                if i > 0 {
+                    // Back to where the call started. RESET is always
+                    // allowed; nothing was posted in between (`&mut self`).
+                    let _ = self.modify(&QpModify::to(QpState::Reset));
+                }
+                return Err(e);
+            }
+        }
+        self.connection = Some(QpConnection {
+            remote: *remote,
+            attr: *attr,
+            path_mtu: steps[1].path_mtu,
+            sq_psn: self.psn,
+        });
         Ok(())
     }
 

@@ -30,6 +30,16 @@ impl PanicValue for i32 {
     }
 }
 
+/// Exports that return a static name (`rdd_status_name`, ...) report a
+/// panic as the name of an unknown value.
+#[cfg(feature = "std")]
+impl PanicValue for *const core::ffi::c_char {
+    #[inline]
+    fn panic_value() -> Self {
+        c"unknown".as_ptr()
+    }
+}
+
 /// Runs an export's body as a closure. With `std` a panic is caught and
 /// turned into the return type's [`PanicValue`]; without `std` the body
 /// just runs (a panic reaches the panic handler). `return` inside the body

@@ -52,6 +52,7 @@ mod macros;
 mod handle;
 
 // Declaration order is the header's order: status, work requests, queues.
+pub mod names;
 pub mod status;
 pub mod wr;
 
@@ -72,6 +73,7 @@ pub mod submit;
 #[cfg(feature = "soft")]
 pub use expose::*;
 pub use mlx5::*;
+pub use names::*;
 #[cfg(feature = "soft")]
 pub use object::*;
 #[cfg(feature = "soft")]

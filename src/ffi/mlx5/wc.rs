@@ -78,6 +78,9 @@ pub const RDD_WC_SUCCESS: u32 = 0;
 pub const RDD_WC_LOC_LEN_ERR: u32 = 1;
 /// `rdd_wc.status`: local QP operation error.
 pub const RDD_WC_LOC_QP_OP_ERR: u32 = 2;
+/// `rdd_wc.status`: local EE context operation error (reliable datagram;
+/// not expected).
+pub const RDD_WC_LOC_EEC_OP_ERR: u32 = 3;
 /// `rdd_wc.status`: local protection error.
 pub const RDD_WC_LOC_PROT_ERR: u32 = 4;
 /// `rdd_wc.status`: flushed (the QP is in the error state).
@@ -98,8 +101,20 @@ pub const RDD_WC_REM_OP_ERR: u32 = 11;
 pub const RDD_WC_RETRY_EXC_ERR: u32 = 12;
 /// `rdd_wc.status`: RNR retry counter exceeded.
 pub const RDD_WC_RNR_RETRY_EXC_ERR: u32 = 13;
+/// `rdd_wc.status`: local RDD violation (reliable datagram; not expected).
+pub const RDD_WC_LOC_RDD_VIOL_ERR: u32 = 14;
+/// `rdd_wc.status`: remote invalid RD request (not expected).
+pub const RDD_WC_REM_INV_RD_REQ_ERR: u32 = 15;
 /// `rdd_wc.status`: remote aborted.
 pub const RDD_WC_REM_ABORT_ERR: u32 = 16;
+/// `rdd_wc.status`: invalid EE context number (not expected).
+pub const RDD_WC_INV_EECN_ERR: u32 = 17;
+/// `rdd_wc.status`: invalid EE context state (not expected).
+pub const RDD_WC_INV_EEC_STATE_ERR: u32 = 18;
+/// `rdd_wc.status`: fatal device error.
+pub const RDD_WC_FATAL_ERR: u32 = 19;
+/// `rdd_wc.status`: response timeout.
+pub const RDD_WC_RESP_TIMEOUT_ERR: u32 = 20;
 /// `rdd_wc.status`: any other error.
 pub const RDD_WC_GENERAL_ERR: u32 = 21;
 
@@ -113,6 +128,10 @@ pub const RDD_WC_OP_RDMA_READ: u32 = 2;
 pub const RDD_WC_OP_COMP_SWAP: u32 = 3;
 /// `rdd_wc.opcode`: fetch and add.
 pub const RDD_WC_OP_FETCH_ADD: u32 = 4;
+/// `rdd_wc.opcode`: a memory-window bind.
+pub const RDD_WC_OP_BIND_MW: u32 = 5;
+/// `rdd_wc.opcode`: a local invalidate.
+pub const RDD_WC_OP_LOCAL_INV: u32 = 6;
 /// `rdd_wc.opcode`: a receive.
 pub const RDD_WC_OP_RECV: u32 = 128;
 /// `rdd_wc.opcode`: a receive consumed by RDMA WRITE with immediate.
@@ -140,6 +159,15 @@ const_assert_eq!(RDD_WC_RETRY_EXC_ERR, WcStatus::RETRY_EXC_ERR.0);
 const_assert_eq!(RDD_WC_RNR_RETRY_EXC_ERR, WcStatus::RNR_RETRY_EXC_ERR.0);
 const_assert_eq!(RDD_WC_REM_ABORT_ERR, WcStatus::REM_ABORT_ERR.0);
 const_assert_eq!(RDD_WC_GENERAL_ERR, WcStatus::GENERAL_ERR.0);
+const_assert_eq!(RDD_WC_LOC_EEC_OP_ERR, WcStatus::LOC_EEC_OP_ERR.0);
+const_assert_eq!(RDD_WC_LOC_RDD_VIOL_ERR, WcStatus::LOC_RDD_VIOL_ERR.0);
+const_assert_eq!(RDD_WC_REM_INV_RD_REQ_ERR, WcStatus::REM_INV_RD_REQ_ERR.0);
+const_assert_eq!(RDD_WC_INV_EECN_ERR, WcStatus::INV_EECN_ERR.0);
+const_assert_eq!(RDD_WC_INV_EEC_STATE_ERR, WcStatus::INV_EEC_STATE_ERR.0);
+const_assert_eq!(RDD_WC_FATAL_ERR, WcStatus::FATAL_ERR.0);
+const_assert_eq!(RDD_WC_RESP_TIMEOUT_ERR, WcStatus::RESP_TIMEOUT_ERR.0);
+const_assert_eq!(RDD_WC_OP_BIND_MW, WcOpcode::BIND_MW.0);
+const_assert_eq!(RDD_WC_OP_LOCAL_INV, WcOpcode::LOCAL_INV.0);
 const_assert_eq!(RDD_WC_OP_SEND, WcOpcode::SEND.0);
 const_assert_eq!(RDD_WC_OP_RDMA_WRITE, WcOpcode::RDMA_WRITE.0);
 const_assert_eq!(RDD_WC_OP_RDMA_READ, WcOpcode::RDMA_READ.0);

@@ -14,8 +14,9 @@ use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues, Wc};
 
 use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
 use super::table::{excl, insert, shared, Excl, ExclusiveCell};
-use super::types::{rdd_cq, rdd_device, rdd_qp, RDD_CQ_MAX_QPS};
+use super::types::{rdd_cq, rdd_device, rdd_qp, rdd_qp_init, RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
 use super::{as_handle, check_array, h, put};
+use crate::attr::QpInit;
 
 // ---------------------------------------------------------------------
 // Completion queue
@@ -327,6 +328,57 @@ pub unsafe extern "C" fn rdd_cq_budget(
                     .load(core::sync::atomic::Ordering::Relaxed),
             );
         }
+        rdd_status::Ok
+    })
+}
+
+/// The CQ depth that QPs created with `inits[0..n]` need if all their
+/// send and receive completions go to one CQ: the sizing guard's worst
+/// case, every WR their queues can hold, as the device sizes them (the C
+/// counterpart of `Device::cq_depth_for`). Pass `*out_depth` to
+/// `rdd_cq_create`; `rdd_qp_create` then accepts those QPs on that CQ. For
+/// separate send and receive CQs it is an upper bound for each. A default
+/// QP (`rdd_qp_create` with a NULL `init`) is `{64, 64, 4, 4, 64, 0}`.
+/// `n` = 0 gives 1. The device is used shared (no state changes).
+///
+/// Errors: `NULL_PARAMETER` (`dev`, `inits` even with `n` 0, or
+/// `out_depth`), `INVALID_HANDLE` (a closed or forged `dev`), `INVALID_ARGUMENT` (unknown `flags` bits in
+/// an init, a misaligned `inits`, `n` too large to address).
+///
+/// # Safety
+/// `inits` is valid for reads of `n` `rdd_qp_init`; `out_depth` is valid
+/// for a write of one `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_cq_depth_for(
+    dev: *const rdd_device,
+    inits: *const rdd_qp_init,
+    n: usize,
+    out_depth: *mut u32,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out_depth);
+        try_status!(check_array(inits, n));
+        let d = try_status!(shared::<DeviceObj>(h(dev)));
+        let mut depth = 0u32;
+        for i in 0..n {
+            // SAFETY: `i < n` inside the array the caller vouched for
+            // (checked non-NULL and aligned above).
+            let init = unsafe { inits.add(i).read() };
+            if init.flags & !RDD_QP_INIT_SIG_ALL != 0 {
+                return rdd_status::InvalidArgument;
+            }
+            let qi = QpInit {
+                max_send_wr: init.max_send_wr,
+                max_recv_wr: init.max_recv_wr,
+                max_send_sge: init.max_send_sge,
+                max_recv_sge: init.max_recv_sge,
+                max_inline_data: init.max_inline_data,
+            };
+            let (s, r) = d.backend.cq_demand(&qi);
+            depth = depth.saturating_add(s.saturating_add(r));
+        }
+        // SAFETY: non-NULL (checked), writable (caller contract).
+        unsafe { put(out_depth, depth.max(1)) };
         rdd_status::Ok
     })
 }

@@ -52,7 +52,8 @@ impl crate::event::Waitable for FfiWaitable<'_> {
 
 /// Waits up to `timeout_ns` nanoseconds for completions, then polls them
 /// like `rdd_cq_poll` (same `qps` rules): `*out_count` >= 1 and
-/// `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (and `*out_count` = 0). Never
+/// `RDD_STATUS_OK`, or `RDD_STATUS_TIMEOUT` (no completion came;
+/// `*out_count` is not written, as on every failure). Never
 /// blocks longer than the timeout. `mode` is `RDD_WAIT_BUSY_POLL`,
 /// `RDD_WAIT_EVENT` (sleeps in the kernel) or `RDD_WAIT_ADAPTIVE` (spins for
 /// a budget learnt per CQ, then sleeps); other values are
@@ -108,11 +109,14 @@ pub unsafe extern "C" fn rdd_cq_wait(
             core::time::Duration::from_nanos(timeout_ns),
         );
         *c.adaptive.get_mut() = adaptive;
-        let count = *r.as_ref().unwrap_or(&0);
-        // SAFETY: non-NULL (checked), writable (caller contract).
-        unsafe { put(out_count, count) };
         match r {
-            Ok(_) => rdd_status::Ok,
+            Ok(count) => {
+                // SAFETY: non-NULL (checked), writable (caller contract).
+                unsafe { put(out_count, count) };
+                rdd_status::Ok
+            }
+            // Outputs only on success: a TIMEOUT leaves `*out_count` as
+            // it was (it got no completion).
             Err(e) => e.into(),
         }
     })

@@ -54,6 +54,7 @@ mod cq;
 mod events;
 
 mod qp;
+mod qp_query;
 mod recover;
 
 mod post;
@@ -76,6 +77,7 @@ pub use pd_mr::*;
 pub use poll_n::*;
 pub use post::*;
 pub use qp::*;
+pub use qp_query::*;
 pub use recover::*;
 pub use types::*;
 

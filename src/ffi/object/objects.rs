@@ -209,6 +209,30 @@ impl QpImpl {
         }
     }
 
+    /// The state as the data path knows it.
+    pub(super) fn state(&self) -> crate::completion::QpState {
+        match self {
+            QpImpl::Mlx5(q) => q.sq.state(),
+            QpImpl::Driver(p) => p.state(),
+        }
+    }
+
+    /// Send work (mlx5: basic blocks; a driver path: WRs) and receives
+    /// posted and not yet completed, separately.
+    pub(super) fn outstanding_split(&self) -> (u32, u32) {
+        match self {
+            QpImpl::Mlx5(q) => (
+                q.sq.producer().wrapping_sub(q.sq.retired()),
+                q.rq.head().wrapping_sub(q.rq.tail()),
+            ),
+            QpImpl::Driver(p) => {
+                let send = p.capacity().0.saturating_sub(p.send_space());
+                let recv = p.outstanding().saturating_sub(u64::from(send));
+                (send, u32::try_from(recv).unwrap_or(u32::MAX))
+            }
+        }
+    }
+
     /// Send and receive WRs posted and not yet completed.
     pub(super) fn outstanding(&self) -> u64 {
         match self {
@@ -284,6 +308,8 @@ pub(super) struct QpObj {
     pub(super) psn: u32,
     /// Send rate limit for the next connect (kbit/s, 0: none).
     pub(super) rate_limit_kbps: u32,
+    /// What the last successful connect used (cleared by RESET).
+    pub(super) connection: Option<crate::api::QpConnection>,
     // Side tables the queues point into (heap buffers do not move).
     pub(super) _sq_wrid: Vec<WrSlot>,
     pub(super) _rq_wrid: Vec<u64>,

@@ -68,10 +68,16 @@ pub extern "C" fn rdd_pd_free(pd: *mut rdd_pd) -> rdd_status {
 /// only for what peers need). The buffer's address is `rdd_mr_addr`; it is
 /// valid until `rdd_mr_free`.
 ///
-/// Errors: `INVALID_ARGUMENT` (unknown access bits, `len` above
+/// `len` is 1..=`RDD_MR_MAX_LEN`. A length of 0 is refused on every
+/// device (`ibv_reg_mr` of 0 bytes is accepted by some kernels and
+/// refused by others, and nothing needs an empty region: a zero-length
+/// SGE names no memory).
+///
+/// Errors: `NULL_PARAMETER` (`out`), `INVALID_HANDLE` (`pd`),
+/// `INVALID_ARGUMENT` (unknown access bits, `len` 0 or above
 /// `RDD_MR_MAX_LEN`), `INVALID_ATTRIBUTE` (remote write or atomic access
 /// without `RDD_ACCESS_LOCAL_WRITE`), `RESOURCE_EXHAUSTED` (out of
-/// memory).
+/// memory), or what the device reports.
 ///
 /// # Safety
 /// `out` is valid for a write of one pointer.
@@ -89,7 +95,7 @@ pub unsafe extern "C" fn rdd_mr_reg(
             return rdd_status::InvalidArgument;
         }
         let access = Access(access);
-        if len > RDD_MR_MAX_LEN {
+        if len == 0 || len > RDD_MR_MAX_LEN {
             return rdd_status::InvalidArgument;
         }
         let Some(buf) = MrBuf::new(len) else {

@@ -11,7 +11,7 @@ use std::vec::Vec;
 
 use static_assertions::const_assert_eq;
 
-use crate::api::RawQpPath;
+use crate::api::{QpConnection, RawQpPath};
 use crate::attr::{QpInit, QpModify};
 use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
@@ -220,6 +220,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             q: ExclusiveCell(qimpl),
             psn: raw.psn & 0xff_ffff,
             rate_limit_kbps: 0,
+            connection: None,
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             _keep: raw.keep,
@@ -427,9 +428,18 @@ pub extern "C" fn rdd_qp_set_rate_limit(qp: *mut rdd_qp, kbps: u32) -> rdd_statu
 /// peer `remote` describes. `attr` may be NULL (no remote access, infinite
 /// retries).
 ///
-/// Errors: `INVALID_QP_STATE` (not in RESET), `INVALID_ARGUMENT` (unknown
-/// access bits, non-zero `reserved`), `INVALID_ATTRIBUTE` (retry counts
-/// above 7). A failure part-way leaves the QP in the state it reached.
+/// A refused call changes nothing: every field is checked before the
+/// first state change, and a step the device refuses part-way (a limit
+/// only it knows) moves the QP back to RESET before the call returns.
+///
+/// Errors: `NULL_PARAMETER` (`qp`, `remote`), `INVALID_HANDLE`, `RESOURCE_BUSY`
+/// (the QP is in use by another call), `INVALID_QP_STATE` (not in RESET),
+/// `INVALID_ARGUMENT` (unknown access bits, `remote->reserved` not 0),
+/// `INVALID_ATTRIBUTE` (`remote->qpn` or `remote->psn` wider than 24 bits,
+/// retry counts above 7, `sl` above 15), `UNSUPPORTED` (iWARP, which
+/// connects through rdma_cm; a rate limit, `rdd_qp_set_rate_limit`, on a
+/// device without packet pacing), or what the device reports
+/// (`PROVIDER_ERROR`, ...).
 ///
 /// # Safety
 /// `remote` is valid for reads of one `rdd_qp_info`; `attr` is NULL or
@@ -474,17 +484,21 @@ pub(super) unsafe fn connect_attr_or_default(attr: *const rdd_connect_attr) -> r
     }
 }
 
-/// RESET → INIT → RTR → RTS towards `remote`, keeping the queues' states
-/// in step.
-pub(super) fn connect_obj(
-    q: &mut QpObj,
+/// Checks a connect's inputs in full and builds its three steps, changing
+/// nothing: `INVALID_ARGUMENT` for the C-level fields (reserved, unknown
+/// access bits), then the Rust API's checks (`INVALID_ATTRIBUTE`).
+pub(super) fn checked_steps(
+    q: &QpObj,
     remote: &rdd_qp_info,
     attr: &rdd_connect_attr,
-) -> Result<(), rdd_status> {
+) -> Result<([QpModify; 3], QpConnection), rdd_status> {
     let port = q.backend.port();
     if port.transport == crate::api::Transport::Iwarp {
         // iWARP connects through rdma_cm only.
         return Err(rdd_status::Unsupported);
+    }
+    if remote.reserved != 0 {
+        return Err(rdd_status::InvalidArgument);
     }
     let ca = crate::api::ConnectAttr {
         access: access_from(attr.access)?,
@@ -502,15 +516,48 @@ pub(super) fn connect_obj(
         gid: remote.gid,
         mtu: remote.mtu,
     };
-    for m in crate::api::connect_steps_for(&port, q.psn, &peer, &ca) {
-        modify_obj(q, &m)?;
+    let steps = crate::api::checked_connect_steps(&port, q.psn, &peer, &ca)?;
+    let conn = QpConnection {
+        remote: peer,
+        attr: ca,
+        path_mtu: steps[1].path_mtu,
+        sq_psn: q.psn,
+    };
+    Ok((steps, conn))
+}
+
+/// RESET → INIT → RTR → RTS towards `remote`, keeping the queues' states
+/// in step. Everything is checked first; a step the device refuses
+/// part-way moves the QP back to RESET, so a refused connect leaves the QP
+/// as it was.
+pub(super) fn connect_obj(
+    q: &mut QpObj,
+    remote: &rdd_qp_info,
+    attr: &rdd_connect_attr,
+) -> Result<(), rdd_status> {
+    let (steps, conn) = checked_steps(q, remote, attr)?;
+    if q.q.get_mut().state() != QpState::Reset {
+        return Err(rdd_status::InvalidQpState);
     }
+    for (i, m) in steps.iter().enumerate() {
+        if let Err(e) = modify_obj(q, m) {
+            if i > 0 {
+                // Back to where the call started: RESET is always allowed,
+                // and nothing was posted in between (the QP is held).
+                let _ = modify_obj(q, &QpModify::to(QpState::Reset));
+            }
+            return Err(e);
+        }
+    }
+    q.connection = Some(conn);
     Ok(())
 }
 
 /// One state change, with the queues' states (and on RESET their
-/// counters) kept in step.
+/// counters) kept in step. The attributes are checked first
+/// (`QpModify::validate`), so a refused change changes nothing.
 pub(super) fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> {
+    m.validate()?;
     q.backend.modify_qp(q.qpn, m)?;
     match q.q.get_mut() {
         QpImpl::Mlx5(queues) => {
@@ -522,6 +569,9 @@ pub(super) fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> 
             queues.rq.set_state(m.state);
         }
         QpImpl::Driver(p) => p.state_changed(m.state),
+    }
+    if m.state == QpState::Reset {
+        q.connection = None;
     }
     Ok(())
 }
