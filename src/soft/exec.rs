@@ -250,12 +250,34 @@ impl Engine {
                 Outcome::Done(8)
             }
             _ => {
-                // SEND, SEND_IMM, SEND_INV.
+                // SEND, SEND_IMM, SEND_INV (refused at the responder).
                 let (counter, n) =
                     match self.take_recv(bi, &mut rsegs[..], entry, now, rnr_delay, qi) {
                         Err(o) => return o,
                         Ok(v) => v,
                     };
+                if p.opcode == opcode::SEND_INVAL {
+                    // Only memory windows and MRs made for fast
+                    // registration can be invalidated remotely (InfiniBand
+                    // Architecture Specification vol. 1, ch. 10, Send with
+                    // Invalidate). This device has neither, so the key
+                    // names nothing it may invalidate and no key changes.
+                    // As rxe (rxe_invalidate_mr refuses every other MR
+                    // type, and the responder fails the receive with a
+                    // remote invalid request error and moves to ERROR; the
+                    // SEND itself was acknowledged), the requester's SEND
+                    // completes and the responder's receive does not.
+                    let img = err_image(
+                        cqe_opcode::RESP_ERR,
+                        0,
+                        bqpn,
+                        counter,
+                        syndrome::REMOTE_INVAL_REQ,
+                    );
+                    self.push_cqe(brecv_cq, &img);
+                    self.set_error(bi);
+                    return Outcome::Done(total as u32);
+                }
                 let mut cap: u64 = 0;
                 for (i, s) in rsegs[..n].iter().enumerate() {
                     let Some(ptr) = self.mrs.check(
@@ -291,12 +313,6 @@ impl Engine {
                 unsafe { sg_copy(&local[..nlocal], &dst[..n]) };
                 let (op, imm) = match p.opcode {
                     opcode::SEND_IMM => (cqe_opcode::RESP_SEND_IMM, p.imm),
-                    opcode::SEND_INVAL => {
-                        if let Some(m) = self.mrs.get_mut(p.imm).filter(|m| m.pd == bpd) {
-                            m.remote_valid = false;
-                        }
-                        (cqe_opcode::RESP_SEND_INV, p.imm)
-                    }
                     _ => (cqe_opcode::RESP_SEND, 0),
                 };
                 let mut img = cqe_image(op, bqpn, counter, total as u32, imm);

@@ -13,7 +13,8 @@ pub(crate) struct MrEntry {
     pub len: u64,
     pub access: Access,
     pub key: u32,
-    /// Cleared by a remote invalidate (SEND_WITH_INV): the rkey is dead.
+    /// False once the rkey is invalidated. Nothing clears it today: a
+    /// SEND_WITH_INV is refused (no region here is remotely invalidatable).
     pub remote_valid: bool,
 }
 
@@ -67,14 +68,6 @@ impl MrTable {
     #[inline]
     pub fn get(&self, key: u32) -> Option<&MrEntry> {
         match self.slots.get((key >> 8) as usize) {
-            Some((_, Some(e))) if e.key == key => Some(e),
-            _ => None,
-        }
-    }
-
-    #[inline]
-    pub fn get_mut(&mut self, key: u32) -> Option<&mut MrEntry> {
-        match self.slots.get_mut((key >> 8) as usize) {
             Some((_, Some(e))) if e.key == key => Some(e),
             _ => None,
         }
