@@ -16,7 +16,6 @@ use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
 use super::table::{excl, insert, shared, Excl, ExclusiveCell};
 use super::types::{rdd_cq, rdd_device, rdd_qp, rdd_qp_init, RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
 use super::{as_handle, check_array, h, put};
-use crate::attr::QpInit;
 
 // ---------------------------------------------------------------------
 // Completion queue
@@ -367,13 +366,7 @@ pub unsafe extern "C" fn rdd_device_cq_depth_for(
             if init.flags & !RDD_QP_INIT_SIG_ALL != 0 {
                 return rdd_status::InvalidArgument;
             }
-            let qi = QpInit {
-                max_send_wr: init.max_send_wr,
-                max_recv_wr: init.max_recv_wr,
-                max_send_sge: init.max_send_sge,
-                max_recv_sge: init.max_recv_sge,
-                max_inline_data: init.max_inline_data,
-            };
+            let qi = init.queue_sizes();
             let (s, r) = d.backend.cq_demand(&qi);
             depth = depth.saturating_add(s.saturating_add(r));
         }

@@ -12,7 +12,7 @@ use std::vec::Vec;
 use static_assertions::const_assert_eq;
 
 use crate::api::{QpConnection, RawQpPath};
-use crate::attr::{QpInit, QpModify};
+use crate::attr::QpModify;
 use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{QpState, RecvQueue, SendQueue, SqConfig, WrSlot};
@@ -85,13 +85,7 @@ pub unsafe extern "C" fn rdd_qp_create(
         if scq.attached() >= RDD_CQ_MAX_QPS || rcq_ref.attached() >= RDD_CQ_MAX_QPS {
             return rdd_status::ResourceExhausted;
         }
-        let qi = QpInit {
-            max_send_wr: init.max_send_wr,
-            max_recv_wr: init.max_recv_wr,
-            max_send_sge: init.max_send_sge,
-            max_recv_sge: init.max_recv_sge,
-            max_inline_data: init.max_inline_data,
-        };
+        let qi = init.queue_sizes();
         let b = &p.backend;
         let raw = match b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi) {
             Ok(r) => r,

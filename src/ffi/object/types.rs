@@ -107,6 +107,20 @@ pub struct rdd_qp_init {
     pub flags: u32,
 }
 
+impl rdd_qp_init {
+    /// The queue sizes as the Rust API's [`QpInit`] (the flags are the
+    /// caller's to check).
+    pub(super) fn queue_sizes(&self) -> crate::attr::QpInit {
+        crate::attr::QpInit {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: self.max_recv_wr,
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline_data: self.max_inline_data,
+        }
+    }
+}
+
 /// Connection data of a QP (`rdd_qp_query_info`), handed to the peer out of
 /// band and passed to its `rdd_qp_connect`.
 #[repr(C)]
