@@ -40,6 +40,19 @@ pub trait QpDriver: Send {
     /// Called after a successful state change (so the data path can refuse
     /// posts the state forbids, and reset its counters on RESET).
     fn state_changed(&mut self, state: QpState);
+    /// Recovery's drain marker, called in ERROR while send work is
+    /// outstanding: posts one internal signaled WR after everything posted
+    /// so far, whose completion (a flush) retires every earlier send, and
+    /// which is never reported. It makes recovery finish when the last
+    /// sends were unsignaled and the device executed them (they have no
+    /// completion of their own). `Ok(true)` if a marker was posted,
+    /// `Ok(false)` if none is needed (nothing outstanding, or the last send
+    /// is a marker already); [`Error::SqFull`] when the queue has no room
+    /// yet (poll, then call again). The default posts nothing: for a
+    /// driver whose outstanding count reaches zero by itself.
+    fn post_drain_marker(&mut self) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The completion side of a data-path driver: polls one CQ and reports

@@ -33,6 +33,17 @@ impl<B: Backend> Qp<B> {
         }
     }
 
+    /// Recovery's drain marker, in ERROR: one internal signaled WR after
+    /// all send work, whose completion retires it (see
+    /// [`SendQueue::post_drain_marker`](crate::provider::mlx5::SendQueue::post_drain_marker)
+    /// and [`QpDriver::post_drain_marker`](super::QpDriver::post_drain_marker)).
+    fn post_drain_marker(&mut self) -> Result<bool> {
+        match &mut self.path {
+            QpPath::Mlx5(q) => q.sq.post_drain_marker(),
+            QpPath::Driver(p) => p.post_drain_marker(),
+        }
+    }
+
     /// The first half of recovery: moves the QP to ERROR (if it is not
     /// there already), polls `send_cq` (and `recv_cq`, if it is a different
     /// CQ) until every outstanding WR has completed, handing each
@@ -41,6 +52,21 @@ impl<B: Backend> Qp<B> {
     /// then moves the QP through RESET, which resynchronises the queue
     /// counters. Afterwards the QP is in RESET, ready for
     /// [`Qp::connect`] or an rdma_cm reconnect.
+    ///
+    /// Recovery always finishes, whatever mix of signaled, unsignaled,
+    /// executed and outstanding work the QP holds: an unsignaled WR the
+    /// device executed has no completion of its own, so with send work
+    /// outstanding a *drain marker* is posted once the QP is in ERROR (a
+    /// signaled NOP on mlx5 and the software device, a zero-length
+    /// signaled RDMA WRITE on rxe and the verbs fallback, a marker the
+    /// poller completes itself on siw, whose kernel never reads what is
+    /// posted in ERROR). The device flushes it after everything before it,
+    /// and its completion retires every earlier send. It is recognised by
+    /// its position in the queue (never by its wr_id) and is not reported
+    /// to `on_wc` or counted in [`Recovery::reported`]. If the send queue
+    /// is full, the marker is posted as soon as polling has freed room
+    /// (the signalling guard guarantees that it will). Receives need no
+    /// marker: every posted receive is flushed individually.
     ///
     /// The CQs must serve only this QP (other QPs' completions would be
     /// consumed): otherwise [`Error::ResourceBusy`]. Gives up with
@@ -77,7 +103,16 @@ impl<B: Backend> Qp<B> {
         let deadline = Instant::now() + timeout;
         let mut reported = 0usize;
         let mut out = [Wc::default(); 32];
+        let mut marker = false;
         while self.outstanding() != 0 {
+            if !marker {
+                // A full queue takes the marker once polling frees room.
+                marker = match self.post_drain_marker() {
+                    Ok(_) => true,
+                    Err(Error::SqFull) => false,
+                    Err(e) => return Err(e),
+                };
+            }
             let mut n = send_cq.poll(self, &mut out)?;
             for w in &out[..n] {
                 on_wc(w);

@@ -323,6 +323,7 @@ impl Backend for VerbsDevice {
             Arc::clone(&track),
             caps,
             self.caps.atomics,
+            self.port.transport == crate::api::Transport::Iwarp,
             Arc::clone(&self.windows),
         );
         self.register_qp(

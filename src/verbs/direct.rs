@@ -161,8 +161,15 @@ impl DirectQp {
     }
 }
 
-impl QpDriver for DirectQp {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+impl DirectQp {
+    /// Posts send WRs; with `marker`, each is recorded as a drain marker
+    /// (only ever one, from [`QpDriver::post_drain_marker`]).
+    #[inline(always)]
+    fn send_list(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        marker: bool,
+    ) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32) {
             return Err(PostError {
@@ -198,6 +205,9 @@ impl QpDriver for DirectQp {
                     flags: t.record_send(seq, wr, &mut self.unsignaled),
                     ..*wr
                 };
+                if marker {
+                    t.mark_drain(seq);
+                }
                 n += 1;
             }
             if n > 0 {
@@ -268,6 +278,34 @@ impl QpDriver for DirectQp {
             }
         }
         Ok(())
+    }
+}
+
+impl QpDriver for DirectQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        self.send_list(wrs, false)
+    }
+
+    fn post_drain_marker(&mut self) -> Result<bool> {
+        let t = &*self.track;
+        if t.state() != QpState::Error as u32 {
+            return Err(Error::InvalidQpState);
+        }
+        if t.sends_outstanding() == 0 || t.last_send_is_marker() {
+            return Ok(false);
+        }
+        if let SendRing::Siw(_) = self.sq {
+            // siw never picks up what is written to a user SQ in ERROR
+            // (see `state_changed`): the marker stays with the poller.
+            t.post_stranded_marker()?;
+            self.unsignaled = 0;
+            return Ok(true);
+        }
+        // rxe flushes every WQE of its ring in ERROR, in order.
+        let wr = super::path::drain_marker_wr();
+        self.send_list(core::slice::from_ref(&wr), true)
+            .map_err(|e| e.error)?;
+        Ok(true)
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {

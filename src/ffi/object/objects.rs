@@ -233,6 +233,14 @@ impl QpImpl {
         }
     }
 
+    /// Recovery's drain marker (see `api::Qp::drain_and_reset`).
+    pub(super) fn post_drain_marker(&mut self) -> crate::error::Result<bool> {
+        match self {
+            QpImpl::Mlx5(q) => q.sq.post_drain_marker(),
+            QpImpl::Driver(p) => p.post_drain_marker(),
+        }
+    }
+
     /// Send and receive WRs posted and not yet completed.
     pub(super) fn outstanding(&self) -> u64 {
         match self {

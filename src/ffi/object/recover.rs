@@ -47,7 +47,19 @@ const_assert_eq!(size_of::<rdd_recovery>(), 72);
 /// outstanding WR has completed, handing each completion to `on_wc`
 /// exactly once (flushed WRs included, unsignaled ones too), then moves it
 /// through RESET, which resynchronises the queue counters and the CQ
-/// consumer state. With `peer` non-NULL it then reconnects (INIT → RTR →
+/// consumer state.
+///
+/// Recovery finishes whatever mix of signaled, unsignaled, executed and
+/// outstanding work the QP holds: with send work outstanding it posts one
+/// internal signaled *drain marker* after it once the QP is in ERROR (a
+/// NOP on mlx5 and the software device; see docs/c-api.md for the other
+/// devices), whose flush completion retires every earlier send, including
+/// executed unsignaled ones, which have no completion of their own. The
+/// marker is recognised by its position, never by its wr_id, and is not
+/// passed to `on_wc` nor counted in `reported`. In step mode the device
+/// must run for the marker to complete: a call that times out leaves the
+/// marker posted, and a later call after `rdd_device_step` finishes
+/// without posting another. With `peer` non-NULL it then reconnects (INIT → RTR →
 /// RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
 /// same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
 /// QP is left in RESET.
@@ -102,7 +114,17 @@ pub unsafe extern "C" fn rdd_qp_recover(
         let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
         let mut reported = 0u64;
         let mut wc = [Wc::default(); 32];
+        let mut marker = false;
         while outstanding(&mut list) != 0 {
+            if !marker {
+                // The drain marker (see `api::Qp::drain_and_reset`); a
+                // full queue takes it once polling frees room.
+                marker = match list.as_mut_slice()[0].q.get_mut().post_drain_marker() {
+                    Ok(_) => true,
+                    Err(crate::error::Error::SqFull) => false,
+                    Err(e) => return e.into(),
+                };
+            }
             let mut n = 0;
             for cq in core::iter::once(&mut scq).chain(rcq.as_mut()) {
                 let budget = Arc::clone(&cq.budget);

@@ -115,6 +115,12 @@ impl CqDriver for VerbsCq {
                 break;
             }
         }
+        if filled < out.len() {
+            // Drain markers that never reach the provider (iWARP, see
+            // `QpTrack::post_stranded_marker`), after the provider's own
+            // completions.
+            filled += self.view.stranded(&mut out[filled..])?;
+        }
         Ok(filled)
     }
 

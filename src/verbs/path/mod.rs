@@ -34,4 +34,4 @@ pub use qp::{VerbsQp, CHAIN};
 pub use registry::CqRegistry;
 pub(crate) use registry::RegistryView;
 pub use track::QpTrack;
-pub(crate) use track::{track_accessors, RECV_BIT};
+pub(crate) use track::{drain_marker_wr, track_accessors, RECV_BIT};

@@ -38,6 +38,9 @@ pub struct VerbsQp {
     atomics: bool,
     /// Unsignaled sends since the last signaled one.
     unsignaled: u64,
+    /// The device is iWARP (siw): what is posted in ERROR is never
+    /// flushed, so recovery's drain marker does not go to the provider.
+    iwarp: bool,
     /// The chains handed to the provider, reused by every call: a call
     /// resets and fills only the entries it links, so its cost follows its
     /// WRs (a fresh zeroed array per call stored 4 KiB of WRs and 2 KiB of
@@ -66,6 +69,7 @@ impl VerbsQp {
         track: Arc<QpTrack>,
         caps: QpCaps,
         atomics: bool,
+        iwarp: bool,
         windows: Arc<Mutex<WindowTable>>,
     ) -> VerbsQp {
         VerbsQp {
@@ -73,6 +77,7 @@ impl VerbsQp {
             track,
             caps,
             atomics,
+            iwarp,
             windows,
             unsignaled: 0,
             send_chain: Box::new(core::array::from_fn(|_| blank_send())),
@@ -250,8 +255,15 @@ fn blank_recv() -> sys::ibv_recv_wr {
     }
 }
 
-impl QpDriver for VerbsQp {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+impl VerbsQp {
+    /// Posts send WRs; with `marker`, each is recorded as a drain marker
+    /// (only ever one, from [`QpDriver::post_drain_marker`]).
+    #[inline(always)]
+    fn send_list(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        marker: bool,
+    ) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !QpState::Rts.can_send()
             || !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32)
@@ -293,6 +305,9 @@ impl QpDriver for VerbsQp {
                 *w = blank_send();
                 w.wr_id = seq;
                 w.send_flags = t.record_send(seq, wr, &mut self.unsignaled).0;
+                if marker {
+                    t.mark_drain(seq);
+                }
                 if let Err(e) = fill_send(w, wr, sges, &mut used, &self.windows) {
                     refused = Some(e);
                     break;
@@ -342,6 +357,34 @@ impl QpDriver for VerbsQp {
             }
         }
         Ok(())
+    }
+}
+
+impl QpDriver for VerbsQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        self.send_list(wrs, false)
+    }
+
+    fn post_drain_marker(&mut self) -> Result<bool> {
+        let t = &*self.track;
+        if t.state() != QpState::Error as u32 {
+            return Err(Error::InvalidQpState);
+        }
+        if t.sends_outstanding() == 0 || t.last_send_is_marker() {
+            return Ok(false);
+        }
+        if self.iwarp {
+            // libsiw writes SQEs into the kernel's user ring, which the
+            // kernel no longer reads in ERROR: a marker there would never
+            // complete.
+            t.post_stranded_marker()?;
+            self.unsignaled = 0;
+            return Ok(true);
+        }
+        let wr = super::track::drain_marker_wr();
+        self.send_list(core::slice::from_ref(&wr), true)
+            .map_err(|e| e.error)?;
+        Ok(true)
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {

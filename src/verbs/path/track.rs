@@ -23,6 +23,9 @@ pub(crate) const REFUSED: u32 = 2;
 pub(crate) const SIGNALED: u32 = 4;
 /// Slot flag: its completion was seen (set by the poller).
 const DONE: u32 = 8;
+/// Slot flag: recovery's drain marker ([`QpTrack::mark_drain`]): signaled,
+/// its completion retires the sends before it and is never reported.
+pub(crate) const DRAIN: u32 = 16;
 
 /// One posted WR: the user's wr_id, whether to report it, and what it was
 /// (for [`crate::wr::FailedWr`]): first local buffer, remote address,
@@ -278,6 +281,60 @@ impl QpTrack {
         flags
     }
 
+    /// Marks send `seq`, just recorded and not yet published, as the drain
+    /// marker (see [`DRAIN`]; identified by its position, not its wr_id).
+    pub(crate) fn mark_drain(&self, seq: u64) {
+        let slot = &self.sq[(seq & self.sq_mask) as usize];
+        // Relaxed: published by the Release store of sq_posted.
+        let f = slot.flags.load(Ordering::Relaxed);
+        slot.flags.store(f | DRAIN, Ordering::Relaxed);
+    }
+
+    /// The last send posted is a drain marker that has not completed: a
+    /// repeated recovery call adds no second one. Called by the poster.
+    pub(crate) fn last_send_is_marker(&self) -> bool {
+        // Relaxed: only the poster writes sq_posted.
+        let p = self.sq_posted.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of sq_done.
+        if p == self.sq_done.load(Ordering::Acquire) {
+            return false;
+        }
+        // Relaxed: the poster wrote these flags itself (the poller adds
+        // only DONE).
+        let f = self.sq[((p - 1) & self.sq_mask) as usize]
+            .flags
+            .load(Ordering::Relaxed);
+        f & DRAIN != 0
+    }
+
+    /// A drain marker that never reaches the provider, for devices that do
+    /// not flush what is posted in ERROR (siw: an SQE written to a user
+    /// ring after the connection went down is never picked up, see
+    /// `DirectQp`): a send sequence number is taken as a signaled marker
+    /// and handed straight to the poller as stranded, which reports it
+    /// flushed after the completions already in the CQ ring. Its
+    /// completion retires the sends before it except those still awaiting
+    /// their own (signaled) completion. [`Error::SqFull`] if the tables
+    /// have no free slot.
+    pub(crate) fn post_stranded_marker(&self) -> Result<()> {
+        // Relaxed: only the poster writes sq_posted.
+        let seq = self.sq_posted.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of sq_done (the slot is
+        // free once retired).
+        if seq - self.sq_done.load(Ordering::Acquire) >= self.sq_cap {
+            return Err(Error::SqFull);
+        }
+        let slot = &self.sq[(seq & self.sq_mask) as usize];
+        slot.describe(0, 0, 0, 0, 0, WcOpcode::SEND.0, false);
+        // Relaxed: published by the Release store of sq_posted below.
+        slot.wr_id.store(0, Ordering::Relaxed);
+        slot.flags.store(SIGNALED | DRAIN, Ordering::Relaxed);
+        // Release: the slot before a poller may complete it.
+        self.sq_posted.store(seq + 1, Ordering::Release);
+        self.add_stranded(&[seq]);
+        Ok(())
+    }
+
     /// Records receive WR `seq` in its slot.
     pub(crate) fn record_recv(&self, seq: u64, wr: &RecvWr<'_>) {
         let slot = &self.rq[(seq & self.rq_mask) as usize];
@@ -413,7 +470,7 @@ impl QpTrack {
             // reuse the slots.
             self.sq_done.store(d, Ordering::Release);
         }
-        if flags & REFUSED != 0 || (ok && flags & USER_SIGNALED == 0) {
+        if flags & (REFUSED | DRAIN) != 0 || (ok && flags & USER_SIGNALED == 0) {
             return Ok(None);
         }
         if !ok {
@@ -421,6 +478,20 @@ impl QpTrack {
         }
         Ok(Some(user))
     }
+}
+
+/// The drain marker handed to a provider: a zero-length, signaled RDMA
+/// WRITE, as the kernel's own `ib_drain_sq` posts (drivers/infiniband/core/
+/// verbs.c). Posted in ERROR, it is flushed and never touches memory.
+pub(crate) fn drain_marker_wr() -> SendWr<'static> {
+    SendWr::new(
+        0,
+        SendOp::Write {
+            remote: crate::wr::Remote::new(0, 0),
+        },
+        &[],
+        SendFlags::SIGNALED,
+    )
 }
 
 /// The [`QpDriver`] methods a QP answers from its [`QpTrack`]

@@ -186,7 +186,8 @@ const _: () = {
 pub(super) enum Step {
     /// Produce this completion.
     Out(Wc),
-    /// Consumed internally (forced-signal CQE, stale QPN).
+    /// Consumed internally (forced-signal CQE, recovery's drain marker,
+    /// stale QPN).
     Skip,
 }
 
@@ -324,6 +325,14 @@ impl CompletionQueue {
                 wc.syndrome = synd;
                 if op == cqe_opcode::REQ_ERR {
                     let r = q.sq.retire(counter).ok_or(Error::CqeCorrupt)?;
+                    if q.sq.is_drain_marker(r.start) {
+                        // Recovery's marker (posted in ERROR, so flushed):
+                        // it has retired everything before it; it is not
+                        // the user's and is not reported.
+                        q.sq.set_error();
+                        q.rq.set_state(QpState::Error);
+                        return Ok(Step::Skip);
+                    }
                     wc.wr_id = r.wr_id;
                     wc.opcode = match r.opcode {
                         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,

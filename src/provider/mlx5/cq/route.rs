@@ -22,6 +22,14 @@ pub trait SqRetire {
     fn record_failure(&mut self, start: u32, wc: &Wc) {
         let _ = (start, wc);
     }
+    /// The WQE at BB `start` is recovery's drain marker
+    /// ([`SendQueue::post_drain_marker`]), whose completion is never
+    /// reported (cold path: asked for error completions only). The
+    /// default is `false`: queues that post no markers.
+    fn is_drain_marker(&self, start: u32) -> bool {
+        let _ = start;
+        false
+    }
 }
 
 impl SqRetire for SendQueue {
@@ -37,6 +45,9 @@ impl SqRetire for SendQueue {
     }
     fn record_failure(&mut self, start: u32, wc: &Wc) {
         SendQueue::record_failure(self, start, wc)
+    }
+    fn is_drain_marker(&self, start: u32) -> bool {
+        SendQueue::is_drain_marker(self, start)
     }
 }
 

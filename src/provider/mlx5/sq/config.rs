@@ -36,6 +36,10 @@ impl WrSlot {
     pub const USER_SIGNALED: u8 = 1;
     /// The slot holds the first BB of a posted WQE.
     pub const VALID: u8 = 2;
+    /// The WQE is the internal drain marker of recovery
+    /// ([`SendQueue::post_drain_marker`](super::SendQueue::post_drain_marker)):
+    /// its completion, whatever its status, is never reported.
+    pub const DRAIN: u8 = 4;
 }
 
 /// Tunables of a send queue.

@@ -138,7 +138,7 @@ impl SendQueue {
     /// The doorbell proper, for the WQE `w` written last; `single` if it is
     /// the only WQE since the previous doorbell.
     #[inline(always)]
-    fn ring_last(&mut self, w: Written, single: bool) {
+    pub(super) fn ring_last(&mut self, w: Written, single: bool) {
         // guard >= 1, so a zero run never forces; a signaled last WQE ends
         // the run, so the test is skipped when that is known.
         if !w.sig && self.pi.wrapping_sub(self.last_signaled_end) >= self.guard {

@@ -9,6 +9,7 @@
 
 mod config;
 mod doorbell;
+mod drain;
 mod retire;
 mod wqe;
 
