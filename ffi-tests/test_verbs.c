@@ -153,6 +153,59 @@ static void test_rxe_window(rdd_pd *pd, struct side *a, struct side *b)
     CHECK_EQ(rdd_mr_free(owned), RDD_STATUS_OK);
 }
 
+/* Counts the completions rdd_qp_recover hands over. */
+static void count_wc(void *ctx, const rdd_wc *wc)
+{
+    (void)wc;
+    (*(unsigned *)ctx)++;
+}
+
+/* Unsignaled WRITEs the device executed, at the tail of the send queue
+ * (issue 17, item 1): they have no completion of their own, and recovery
+ * finishes anyway (its drain marker retires them), reporting nothing; the
+ * QPs reconnect and work. */
+static void test_rxe_drain_marker(struct side *a, struct side *b, const rdd_connect_attr *attr)
+{
+    rdd_wr w[4];
+    rdd_sge s[4];
+    rdd_wc wc;
+    rdd_recovery rec;
+    size_t bad = 0;
+    unsigned calls = 0;
+    time_t deadline;
+    int i;
+
+    memset(b->buf + 1024, 0, 32);
+    for (i = 0; i < 4; i++) {
+        a->buf[1024 + i * 8] = (uint8_t)(0x40 + i);
+        s[i] = sge(a, 1024 + (size_t)i * 8, 8);
+        w[i] = wr(200 + (uint64_t)i, RDD_WR_RDMA_WRITE, i == 0 ? RDD_SEND_SIGNALED : 0, &s[i], 1);
+        w[i].remote_addr = (uint64_t)(uintptr_t)(b->buf + 1024 + (size_t)i * 8);
+        w[i].rkey = b->rkey;
+    }
+    MUST(rdd_qp_post_send(a->qp, w, 4, &bad));
+    wc = wait_one(a);
+    CHECK_EQ(wc.wr_id, 200);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    deadline = time(NULL) + 10;
+    while (memcmp(b->buf + 1024, a->buf + 1024, 32) != 0 && time(NULL) < deadline) {
+    }
+    CHECK_BYTES(b->buf + 1024, a->buf + 1024, 32);
+    memset(&rec, 0xff, sizeof rec);
+    CHECK_EQ(rdd_qp_recover(a->qp, NULL, NULL, 10000000000ull, count_wc, &calls, &rec),
+             RDD_STATUS_OK);
+    CHECK_EQ(rec.reported, 0);
+    CHECK_EQ(calls, 0u);
+    MUST(rdd_qp_query_info(a->qp, &a->info));
+    MUST(rdd_qp_recover(b->qp, &a->info, attr, 10000000000ull, NULL, NULL, NULL));
+    MUST(rdd_qp_query_info(b->qp, &b->info));
+    MUST(rdd_qp_connect(a->qp, &b->info, attr));
+    MUST(rdd_qp_post_send(a->qp, &w[0], 1, &bad));
+    wc = wait_one(a);
+    CHECK_EQ(wc.wr_id, 200);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+}
+
 static void test_rxe(const char *name)
 {
     rdd_device *dev;
@@ -278,6 +331,7 @@ static void test_rxe(const char *name)
     CHECK_EQ(wc.status, RDD_WC_SUCCESS);
     CHECK_EQ(b.buf[0], 0x5a);
 
+    test_rxe_drain_marker(&a, &b, &attr);
     test_rxe_window(pd, &a, &b);
 
     close_side(&a);

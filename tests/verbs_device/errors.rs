@@ -192,6 +192,91 @@ fn recover_after_an_error_and_continue() {
     }
 }
 
+/// Recovery finishes after unsignaled WRs the device executed (issue 17,
+/// item 1): "signal every 16th" with the QP failing between two signaled
+/// WRs, plus posted receives. The executed unsignaled WRITEs have no
+/// completion of their own; the drain marker (a zero-length signaled
+/// WRITE on rxe, one the poller completes itself on siw) retires them.
+/// Runs on both data paths (the VM suite sets RDMA_DIRECT_DATA_PATH).
+#[test]
+fn recovery_finishes_after_executed_unsignaled_writes() {
+    for (name, ip) in devices("recovery_finishes_after_executed_unsignaled_writes") {
+        let mut p = pair(&name, ip, false, &|_, _| {});
+        let mut src = p.pd.register(8 * 64, Access::LOCAL_WRITE).unwrap();
+        fill(&mut src, 3);
+        let dst = p.pd.register(8 * 64, ALL_REMOTE).unwrap();
+        let sges: Vec<_> = (0..64).map(|i| [src.sge(i * 8, 8)]).collect();
+        let wr = |i: u64, signaled: bool| {
+            SendWr::new(
+                i,
+                SendOp::Write {
+                    remote: dst.remote(i as usize * 8),
+                },
+                &sges[i as usize],
+                if signaled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::NONE
+                },
+            )
+        };
+        let rbuf = p.pd.register(256, Access::LOCAL_WRITE).unwrap();
+        let rsges: Vec<_> = (0..4).map(|i| [rbuf.sge(i * 64, 64)]).collect();
+        let recvs: Vec<RecvWr> = rsges
+            .iter()
+            .zip(500..)
+            .map(|(s, wr_id)| RecvWr { wr_id, sges: s })
+            .collect();
+        p.a.post_recv(&recvs).unwrap();
+        // 0..40, 15 and 31 signaled: 32..39 are executed and unsignaled.
+        let batch: Vec<SendWr> = (0..40).map(|i| wr(i, i % 16 == 15)).collect();
+        p.a.post_send(&batch).unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 2);
+        assert_eq!(
+            w.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(15, WcStatus::SUCCESS), (31, WcStatus::SUCCESS)],
+            "{name}"
+        );
+        let t0 = Instant::now();
+        while dst.as_slice()[..320] != src.as_slice()[..320] {
+            assert!(t0.elapsed() < WAIT, "{name}: the WRITEs did not land");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut seen: Vec<(u64, WcStatus)> = Vec::new();
+        let r =
+            p.a.drain_and_reset(&mut p.cq_a, None, WAIT, |w| seen.push((w.wr_id, w.status)))
+                .unwrap_or_else(|e| panic!("{name}: recovery did not finish: {e:?} {seen:?}"));
+        // Only the receives are reported (flushed), each once.
+        seen.sort_by_key(|s| s.0);
+        assert_eq!(
+            seen,
+            (500..504)
+                .map(|id| (id, WcStatus::WR_FLUSH_ERR))
+                .collect::<Vec<_>>(),
+            "{name}"
+        );
+        assert_eq!(r.reported, 4, "{name}");
+        assert_eq!(p.a.outstanding(), 0, "{name}");
+        assert_eq!(p.a.state(), QpState::Reset, "{name}");
+        quiet(&mut p.cq_a, &mut p.a);
+        if !is_roce(&name) {
+            // iWARP reconnects through rdma_cm.
+            continue;
+        }
+        let attr = ConnectAttr {
+            access: ALL_REMOTE,
+            ..ConnectAttr::default()
+        };
+        p.b.recover(&mut p.cq_b, None, &p.a.info(), &attr, WAIT, |_| {})
+            .unwrap();
+        p.a.connect(&p.b.info(), &attr).unwrap();
+        p.a.post_send(&[wr(40, false), wr(41, true)]).unwrap();
+        let w = wait(&mut p.cq_a, &mut p.a, 1);
+        assert_eq!((w[0].wr_id, w[0].status), (41, WcStatus::SUCCESS), "{name}");
+        assert_eq!(&dst.as_slice()[320..336], &src.as_slice()[320..336]);
+    }
+}
+
 /// Asynchronous events from the real kernels, and recovery driven by them.
 ///
 /// siw: a SEND into a receive whose SGE has an invalid lkey makes the
