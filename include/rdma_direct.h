@@ -2965,7 +2965,19 @@ const char *rdd_qp_state_name(uint32_t state);
  * outstanding WR has completed, handing each completion to `on_wc`
  * exactly once (flushed WRs included, unsignaled ones too), then moves it
  * through RESET, which resynchronises the queue counters and the CQ
- * consumer state. With `peer` non-NULL it then reconnects (INIT → RTR →
+ * consumer state.
+ *
+ * Recovery finishes whatever mix of signaled, unsignaled, executed and
+ * outstanding work the QP holds: with send work outstanding it posts one
+ * internal signaled *drain marker* after it once the QP is in ERROR (a
+ * NOP on mlx5 and the software device; see docs/c-api.md for the other
+ * devices), whose flush completion retires every earlier send, including
+ * executed unsignaled ones, which have no completion of their own. The
+ * marker is recognised by its position, never by its wr_id, and is not
+ * passed to `on_wc` nor counted in `reported`. In step mode the device
+ * must run for the marker to complete: a call that times out leaves the
+ * marker posted, and a later call after `rdd_device_step` finishes
+ * without posting another. With `peer` non-NULL it then reconnects (INIT → RTR →
  * RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
  * same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
  * QP is left in RESET.
