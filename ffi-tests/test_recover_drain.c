@@ -382,6 +382,63 @@ static void test_full_send_queue(void)
     env_close(&e);
 }
 
+/* rdd_qp_recover with a reconnect input it would refuse (retry_cnt 8, a
+ * non-zero reserved field, a 25-bit QPN): refused before anything is
+ * drained, the QP exactly as it was (rdd_qp_query byte for byte); a valid
+ * call then finishes and reconnects. */
+static void test_refused_recover_drains_nothing(void)
+{
+    struct env e;
+    struct seen s;
+    rdd_recovery rec, rec_sentinel;
+    rdd_qp_attr before, after;
+    rdd_qp_info peer, bad_peer;
+    rdd_connect_attr bad_attr;
+    rdd_sge sg;
+    rdd_wr w;
+    size_t bad = 0;
+    int i;
+
+    memset(&s, 0, sizeof s);
+    env_open(&e, 64);
+    MUST(rdd_device_start(e.dev));
+    w = write_wr(&e, &sg, 1, 0, 0);
+    MUST(rdd_qp_post_send(e.qp[0], &w, 1, &bad));
+    wait_landed(&e, 0, 1);
+    MUST(rdd_qp_query_info(e.qp[1], &peer));
+    memset(&before, 0, sizeof before);
+    MUST(rdd_qp_query(e.qp[0], &before));
+    CHECK_EQ(before.state, RDD_QP_STATE_RTS);
+    CHECK_EQ(before.send_outstanding, 1);
+    for (i = 0; i < 3; i++) {
+        bad_attr = e.attr;
+        bad_peer = peer;
+        if (i == 0) {
+            bad_attr.retry_cnt = 8;
+        } else if (i == 1) {
+            bad_peer.reserved = 1;
+        } else {
+            bad_peer.qpn = 1u << 24;
+        }
+        memset(&rec, 0xab, sizeof rec);
+        rec_sentinel = rec;
+        CHECK_EQ(rdd_qp_recover(e.qp[0], &bad_peer, &bad_attr, WAIT_NS, record_wc, &s, &rec),
+                 i == 1 ? RDD_STATUS_INVALID_ARGUMENT : RDD_STATUS_INVALID_ATTRIBUTE);
+        CHECK_BYTES(&rec, &rec_sentinel, sizeof rec);
+        memset(&after, 0, sizeof after);
+        MUST(rdd_qp_query(e.qp[0], &after));
+        CHECK_BYTES(&after, &before, sizeof after);
+    }
+    CHECK_EQ(s.calls, 0u);
+    CHECK_EQ(rdd_qp_recover(e.qp[0], &peer, &e.attr, WAIT_NS, record_wc, &s, &rec),
+             RDD_STATUS_OK);
+    CHECK_EQ(rec.reported, 0);
+    MUST(rdd_qp_query(e.qp[0], &after));
+    CHECK_EQ(after.state, RDD_QP_STATE_RTS);
+    CHECK_EQ(after.send_outstanding, 0);
+    env_close(&e);
+}
+
 /* With an argument, runs only the test of that name (to show each one
  * failing on its own when the marker is broken on purpose). */
 int main(int argc, char **argv)
@@ -395,6 +452,7 @@ int main(int argc, char **argv)
         {"every16", test_signal_every_16th},
         {"mix", test_mix_with_receives},
         {"full", test_full_send_queue},
+        {"refused", test_refused_recover_drains_nothing},
     };
     size_t i;
     for (i = 0; i < sizeof tests / sizeof tests[0]; i++) {

@@ -344,3 +344,34 @@ fn a_completely_full_send_queue_of_executed_work() {
     e.reconnect_and_write(500);
     e.dev.backend().stop();
 }
+
+/// `Qp::recover` with a reconnect input it would refuse (retry_cnt 8, a
+/// peer with a 25-bit QPN) refuses it before draining anything: the QP
+/// keeps its state and its outstanding work, and a valid recover then
+/// finishes and reconnects.
+#[test]
+fn a_refused_recover_drains_nothing() {
+    let mut e = env(64);
+    e.dev.backend().start();
+    let w = e.write(1, 0, false);
+    e.a.post_send(&[w]).unwrap();
+    e.wait_landed(0..1);
+    let before = (e.a.state(), e.a.outstanding());
+    assert_eq!(before, (QpState::Rts, 1));
+    let ib = e.b.info();
+    let bad_attr = ConnectAttr {
+        retry_cnt: 8,
+        ..e.attr
+    };
+    let mut bad_peer = ib;
+    bad_peer.qpn = 1 << 24;
+    for (peer, attr) in [(ib, bad_attr), (bad_peer, e.attr)] {
+        let r = e.a.recover(&mut e.cq_a, None, &peer, &attr, WAIT, |_| {});
+        assert_eq!(r.unwrap_err(), Error::InvalidAttribute);
+        assert_eq!((e.a.state(), e.a.outstanding()), before, "nothing drained");
+    }
+    let r = e.a.recover(&mut e.cq_a, None, &ib, &e.attr, WAIT, |_| {});
+    assert_eq!(r.expect("recover finishes").reported, 0);
+    assert_eq!(e.a.state(), QpState::Rts);
+    e.dev.backend().stop();
+}

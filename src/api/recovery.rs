@@ -144,7 +144,9 @@ impl<B: Backend> Qp<B> {
     /// [`Qp::drain_and_reset`], then INIT → RTR → RTS towards `peer` (the
     /// peer recovers its own QP the same way and the two exchange fresh
     /// [`Qp::info`]). iWARP QPs reconnect through rdma_cm instead: this
-    /// returns [`Error::Unsupported`] for them after the reset.
+    /// returns [`Error::Unsupported`] for them after the reset. `peer` and
+    /// `attr` are checked first, as [`Qp::connect`] checks them: refused
+    /// ([`Error::InvalidAttribute`]) before anything is drained.
     pub fn recover(
         &mut self,
         send_cq: &mut Cq<B>,
@@ -154,6 +156,13 @@ impl<B: Backend> Qp<B> {
         timeout: Duration,
         on_wc: impl FnMut(&Wc),
     ) -> Result<Recovery> {
+        // Bad reconnect inputs are refused before anything is drained, so
+        // a refused call leaves the QP as it was (iWARP's Unsupported still
+        // comes after the reset, as documented).
+        let port = self.pd.b.port();
+        if port.transport != super::Transport::Iwarp {
+            super::checked_connect_steps(&port, self.psn, peer, attr)?;
+        }
         let r = self.drain_and_reset(send_cq, recv_cq, timeout, on_wc)?;
         self.connect(peer, attr)?;
         Ok(r)

@@ -15,7 +15,9 @@ use crate::ffi::status::rdd_status;
 
 use super::cq::{poll_counted, QpList};
 use super::objects::{CqObj, QpObj};
-use super::qp::{connect_attr_or_default, connect_obj, failed_wr_c, modify_obj, rdd_failed_wr};
+use super::qp::{
+    checked_steps, connect_attr_or_default, connect_obj, failed_wr_c, modify_obj, rdd_failed_wr,
+};
 use super::table::excl;
 use super::types::{rdd_connect_attr, rdd_qp, rdd_qp_info};
 use super::{h, put};
@@ -62,7 +64,9 @@ const_assert_eq!(size_of::<rdd_recovery>(), 72);
 /// without posting another. With `peer` non-NULL it then reconnects (INIT → RTR →
 /// RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
 /// same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
-/// QP is left in RESET.
+/// QP is left in RESET. `peer` and `attr` are checked first, as
+/// `rdd_qp_connect` checks them: a bad one is refused (`INVALID_ARGUMENT`,
+/// `INVALID_ATTRIBUTE`) before anything is drained, and the QP is as it was.
 ///
 /// The QP's CQs must serve only this QP (another QP's completions would be
 /// consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
@@ -92,6 +96,15 @@ pub unsafe extern "C" fn rdd_qp_recover(
             Some(unsafe { peer.read_unaligned() })
         };
         let g = try_status!(excl::<QpObj>(h(qp)));
+        if let Some(p) = &peer {
+            // Bad reconnect inputs are refused before anything is drained
+            // (a refused call changes nothing); iWARP's UNSUPPORTED still
+            // comes after the reset, as documented.
+            match checked_steps(&g, p, &attr) {
+                Ok(_) | Err(rdd_status::Unsupported) => {}
+                Err(s) => return s,
+            }
+        }
         let (scq_h, rcq_h) = (g.send_cq, g.recv_cq);
         let mut scq = try_status!(excl::<CqObj>(scq_h));
         let mut rcq = if rcq_h == scq_h {
