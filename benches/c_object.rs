@@ -19,11 +19,15 @@
 //!
 //! and divide callgrind's total by `calls × ops_per_call` from the line
 //! the program prints (`bench=<bench> fn=<fn> calls=<n> ops_per_call=<k>`).
+//! `scripts/bench.sh` measures the rows `write_1`, `write_16`, `poll_n_1`
+//! and `poll_n_16` this way in its main table, which
+//! `scripts/bench-gate.sh` gates; the others are measured by hand.
 //! Executing the WRs (`rdd_device_step`), polling what the post rows
 //! produced and posting what the poll rows consume happen outside the
 //! measured functions.
 //!
 //! Rows: `write_1` (`rdd_qp_write`, one WR and its doorbell),
+//! `write_16` (15 deferred `rdd_qp_write` + one ringing),
 //! `write_16_defer` (16 deferred `rdd_qp_write` + `rdd_qp_ring`),
 //! `post_send_1`, `post_send_16` (`rdd_qp_post_send` of 1 / 16 `rdd_wr`),
 //! `poll_n_1`, `poll_n_16`, `poll_n_empty` (`rdd_cq_poll_n`),
@@ -83,6 +87,27 @@ fn obj_write_16_defer(qp: *mut rdd_qp, ds: &[Desc; BATCH]) -> rdd_status {
         }
     }
     rdd_qp_ring(qp)
+}
+
+/// [`BATCH`] RDMA WRITEs, the first 15 with `RDD_SEND_DEFER_DOORBELL`, the
+/// last one ringing for all of them (no `rdd_qp_ring` call).
+#[no_mangle]
+#[inline(never)]
+fn obj_write_16(qp: *mut rdd_qp, ds: &[Desc; BATCH]) -> rdd_status {
+    for (i, d) in ds.iter().enumerate() {
+        let defer = if i + 1 < BATCH {
+            RDD_SEND_DEFER_DOORBELL
+        } else {
+            0
+        };
+        let f = d.flags | defer;
+        // SAFETY: as in `obj_write_1`.
+        let s = unsafe { rdd_qp_write(qp, d.wr_id, d.laddr, d.len, d.lkey, d.raddr, d.rkey, f) };
+        if s != rdd_status::Ok {
+            return s;
+        }
+    }
+    rdd_status::Ok
 }
 
 /// The C caller's `rdd_wr` for a descriptor.
@@ -367,6 +392,7 @@ fn bench_post(bench: &str, iters: u64) {
     let qp = e.qp[0];
     let (f, per) = match bench {
         "write_1" => ("obj_write_1", 1),
+        "write_16" => ("obj_write_16", BATCH),
         "write_16_defer" => ("obj_write_16_defer", BATCH),
         "post_send_1" => ("obj_post_send_1", 1),
         _ => ("obj_post_send_16", BATCH),
@@ -374,6 +400,7 @@ fn bench_post(bench: &str, iters: u64) {
     for _ in 0..iters {
         let s = match bench {
             "write_1" => obj_write_1(black_box(qp), black_box(&d)),
+            "write_16" => obj_write_16(black_box(qp), black_box(&ds)),
             "write_16_defer" => obj_write_16_defer(black_box(qp), black_box(&ds)),
             "post_send_1" => obj_post_send_1(black_box(qp), black_box(&d)),
             _ => obj_post_send_16(black_box(qp), black_box(&ds)),
@@ -507,6 +534,7 @@ fn main() {
     }
     let all = [
         "write_1",
+        "write_16",
         "write_16_defer",
         "post_send_1",
         "post_send_16",
@@ -526,7 +554,9 @@ fn main() {
     }
     for b in &benches {
         match b.as_str() {
-            "write_1" | "write_16_defer" | "post_send_1" | "post_send_16" => bench_post(b, iters),
+            "write_1" | "write_16" | "write_16_defer" | "post_send_1" | "post_send_16" => {
+                bench_post(b, iters)
+            }
             "poll_n_1" | "poll_n_16" | "poll_n_empty" | "cq_poll_1" | "cq_poll_16"
             | "cq_poll_empty" => bench_poll(b, iters),
             "api_post_1" | "api_post_16" | "api_poll_1" | "api_poll_16" => bench_api(b, iters),

@@ -4,7 +4,8 @@
 #
 #   bash scripts/bench.sh > /tmp/table.md
 #
-# Builds benches/post_poll.rs (release/bench profile) and
+# Builds benches/post_poll.rs and benches/c_object.rs (release/bench
+# profile; the C object-level rows come from c_object) and
 # benches/c/mlx5_ref.c (gcc -O2 -std=c11), runs every measured function
 # under `valgrind --tool=callgrind --toggle-collect=<fn>` (one run per
 # row, so the count is exactly the instructions executed inside that
@@ -50,10 +51,12 @@ echo "bench.sh: artifacts in $OUT" >&2
 
 # ---- build -------------------------------------------------------------
 echo "bench.sh: building the Rust bench" >&2
-(cd "$ROOT" && "$CARGO" bench --no-run --bench post_poll \
+(cd "$ROOT" && "$CARGO" bench --no-run --bench post_poll --bench c_object \
 	--message-format=json-render-diagnostics) >"$OUT/cargo.json" ||
 	die "cargo bench --no-run failed"
-RUST_BIN=$(python3 - "$OUT/cargo.json" <<'PY'
+# bench_bin NAME: the executable of bench target NAME in cargo's output.
+bench_bin() {
+	python3 - "$OUT/cargo.json" "$1" <<'PY'
 import json, sys
 exe = None
 for line in open(sys.argv[1]):
@@ -61,14 +64,16 @@ for line in open(sys.argv[1]):
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "post_poll" \
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == sys.argv[2] \
             and m.get("executable"):
         exe = m["executable"]
 if not exe:
-    sys.exit("no post_poll executable in cargo output")
+    sys.exit(f"no {sys.argv[2]} executable in cargo output")
 print(exe)
 PY
-) || die "could not find the post_poll bench binary"
+}
+RUST_BIN=$(bench_bin post_poll) || die "could not find the post_poll bench binary"
+OBJ_BIN=$(bench_bin c_object) || die "could not find the c_object bench binary"
 
 echo "bench.sh: compiling the C reference" >&2
 C_BIN="$OUT/mlx5_ref"
@@ -77,9 +82,11 @@ CFLAGS=(-O2 -std=c11 -g -Wall -Wextra)
 
 objdump -d --no-show-raw-insn "$RUST_BIN" >"$OUT/rust.dis" || die "objdump failed"
 objdump -d --no-show-raw-insn "$C_BIN" >"$OUT/c.dis" || die "objdump failed"
+objdump -d --no-show-raw-insn "$OBJ_BIN" >"$OUT/obj.dis" || die "objdump failed"
 
 # ---- run ---------------------------------------------------------------
 # run IMPL BIN BENCH FN: one callgrind run collecting only inside FN.
+# IMPL is rust (post_poll), obj (c_object) or c (the C reference).
 run() {
 	local impl=$1 bin=$2 bench=$3 fn=$4
 	local base="$OUT/$impl.$bench"
@@ -92,7 +99,9 @@ run() {
 		die "$impl $bench: no result line (see $base.stdout)"
 }
 
-# bench name | Rust function | C function ("-" = none)
+# bench name | Rust function | C function ("-" = none). "obj:NAME" is row
+# NAME of benches/c_object.rs (the C object level on the software device),
+# every other row one of benches/post_poll.rs.
 ROWS=(
 	"post_1|rdd_post_1|ref_post_1"
 	"post_16|rdd_post_16|ref_post_16"
@@ -114,9 +123,17 @@ ROWS=(
 	"abi_op_post_16|rdd_abi_op_post_16|-"
 	"abi_poll_bound_1|rdd_abi_poll_bound|-"
 	"abi_poll_bound_16|rdd_abi_poll_bound|-"
+	"obj:write_1|obj_write_1|-"
+	"obj:write_16|obj_write_16|-"
+	"obj:poll_n_1|obj_poll_n_1|-"
+	"obj:poll_n_16|obj_poll_n_16|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
+	if [[ $bench == obj:* ]]; then
+		run obj "$OBJ_BIN" "${bench#obj:}" "$rfn"
+		continue
+	fi
 	run rust "$RUST_BIN" "$bench" "$rfn"
 	[[ $cfn == - ]] || run c "$C_BIN" "$bench" "$cfn"
 done
@@ -126,7 +143,7 @@ CPU=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^
 export BENCH_CPU=${CPU:-unknown} BENCH_NPROC=$(nproc 2>/dev/null || echo '?')
 export BENCH_RUSTC=$(rustc --version) BENCH_CC=$("$CC" --version | head -1)
 export BENCH_VALGRIND=$(valgrind --version) BENCH_ARCH=$(uname -m)
-export BENCH_ITERS_USED=$ITERS BENCH_RUST_BIN=$RUST_BIN BENCH_C_BIN=$C_BIN
+export BENCH_ITERS_USED=$ITERS BENCH_RUST_BIN=$RUST_BIN BENCH_C_BIN=$C_BIN BENCH_OBJ_BIN=$OBJ_BIN
 export BENCH_CFLAGS="${CFLAGS[*]}" BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
 python3 - "$OUT" "${ROWS[@]}" <<'PY'
@@ -237,11 +254,12 @@ def result_line(path, bench):
             return m.group(1), int(m.group(2)), int(m.group(3))
     sys.exit(f"bench.sh: no result line for {bench} in {path}")
 
-dis = {"rust": disassembly(f"{out}/rust.dis"), "c": disassembly(f"{out}/c.dis")}
+dis = {impl: disassembly(f"{out}/{impl}.dis") for impl in ("rust", "c", "obj")}
+BIN_ENV = {"rust": "BENCH_RUST_BIN", "c": "BENCH_C_BIN", "obj": "BENCH_OBJ_BIN"}
 
 def measure(impl, bench):
     fn, calls, per = result_line(f"{out}/{impl}.{bench}.stdout", bench)
-    binary = os.path.realpath(os.environ["BENCH_RUST_BIN" if impl == "rust" else "BENCH_C_BIN"])
+    binary = os.path.realpath(os.environ[BIN_ENV[impl]])
     costs, fn_min, totals = callgrind(f"{out}/{impl}.{bench}.cg")
     mine = {a: n for (o, a), n in costs.items() if o and os.path.realpath(o) == binary}
     if totals is None or sum(costs.values()) != totals:
@@ -295,11 +313,18 @@ LABEL = {
     "abi_op_post_16": ("C ABI: per-opcode, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
     "abi_poll_bound_1": ("C ABI: bound poll, 1 CQE per call (extra)", "instr/CQE", None),
     "abi_poll_bound_16": ("C ABI: bound poll, 16 CQEs per call (extra)", "instr/CQE", None),
+    "obj:write_1": ("C object level: per-opcode `rdd_qp_write`, 1 WR + doorbell (extra)", "instr/WR", None),
+    "obj:write_16": ("C object level: per-opcode, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
+    "obj:poll_n_1": ("C object level: `rdd_cq_poll_n`, 1 CQE per call (extra)", "instr/CQE", None),
+    "obj:poll_n_16": ("C object level: `rdd_cq_poll_n`, 16 CQEs per call (extra)", "instr/CQE", None),
 }
 
 res = []
 for bench, rfn, cfn in rows:
-    r = measure("rust", bench)
+    if bench.startswith("obj:"):
+        r = measure("obj", bench[len("obj:"):])
+    else:
+        r = measure("rust", bench)
     c = measure("c", bench) if cfn != "-" else None
     res.append((bench, r, c))
 
@@ -339,7 +364,7 @@ for bench, r, c in res:
         else:
             met = f"**no** (+{num(r['ir_op'] - target)})"
             misses.append(f"{label}: {num(r['ir_op'])} > {target}")
-    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post", "abi_op_post")) else "—"
+    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post", "abi_op_post", "obj:write")) else "—"
     print(f"| {label} | {unit} | {num(r['ir_op'])} | {cval} | {ratio} | {tgt} | {met} "
           f"| {fence_str(r)} | {fence_str(c)} | {ibv} |")
 
