@@ -10,7 +10,9 @@
 # reproducer stays in fuzz/artifacts/<target>/ and the command to replay it
 # is printed.
 #
-#   scripts/fuzz.sh                    every target
+#   scripts/fuzz.sh                    every target (`cargo fuzz list`: wqe_encode,
+#                                      cqe_decode, wr_parse, raw_ops, obj_ops,
+#                                      submit_ops)
 #   scripts/fuzz.sh cqe_decode         only the named targets
 #   FUZZ_SECONDS=600 scripts/fuzz.sh   a longer run
 #

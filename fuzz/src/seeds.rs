@@ -12,6 +12,8 @@ use rdma_direct::{Remote, SendOp};
 
 use crate::SeedWriter;
 
+mod submit;
+
 /// Op codes of `wqe_encode` (the op byte is taken modulo 16).
 mod wqe_op {
     pub const POST: u8 = 0;
@@ -892,6 +894,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     }
     for (name, bytes) in obj_seeds() {
         v.push(("obj_ops", name, bytes));
+    }
+    for (name, bytes) in submit::seeds() {
+        v.push(("submit_ops", name, bytes));
     }
     v
 }
