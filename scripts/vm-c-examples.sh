@@ -14,9 +14,10 @@
 # followed by the program's output, each bounded by `timeout` (60 s):
 #   c-pingpong-rxe0*     two QPs on rxe0, connected with rdd_qp_connect,
 #                        SEND/RECV round trips, every payload byte checked
-#   c-write_bw-rxe0*     RDMA WRITE batches (one rdd_qp_post_send per
-#                        batch, the last WR signaled), the target checked
-#                        byte for byte after each size
+#   c-write_bw-rxe0*     RDMA WRITE batches (rdd_qp_write calls with
+#                        RDD_SEND_DEFER_DOORBELL, which rxe's rings post
+#                        and ring at once; the last WR signaled), the
+#                        target checked byte for byte after each size
 #   c-*-siw0-refused     siw0 (iWARP) connects only through rdma_cm, which
 #                        the C API does not offer: both examples must exit
 #                        2 and say so, not fail obscurely

@@ -1,7 +1,8 @@
 /*
- * Shared by the C examples (pingpong.c, write_bw.c): reporting a failed
- * call, opening the device `--device` names, connecting two QPs that live
- * on one device, and describing what a figure was measured on.
+ * Shared by the C examples (pingpong.c, write_bw.c, submit_service.c):
+ * reporting a failed call, polling a CQ, opening the device `--device`
+ * names, connecting two QPs that live on one device, and describing what
+ * a figure was measured on.
  *
  * Without `--device` an example runs on the in-process software HCA
  * (rdd_device_open_soft). With `--device NAME` it opens that kernel RDMA
@@ -49,6 +50,18 @@ static inline void ex_fail(const char *what, rdd_status s)
             ex_fail(#call, try_s_);                                                      \
         }                                                                                \
     } while (0)
+
+/* Polls up to `n` completions of `cq` with the one-handle poll
+ * (rdd_cq_poll_n: the CQ knows its QPs, no list to pass) and returns how
+ * many; a failure (a negative -status) exits with the library's message. */
+static inline size_t ex_poll(rdd_cq *cq, rdd_wc *wc, uint32_t n)
+{
+    int32_t got = rdd_cq_poll_n(cq, wc, n);
+    if (got < 0) {
+        ex_fail("rdd_cq_poll_n", (rdd_status)(uint32_t)-got);
+    }
+    return (size_t)got;
+}
 
 /* Prints the kernel's RDMA devices (the names /sys/class/infiniband has)
  * to stderr, for an error message. */

@@ -79,40 +79,23 @@ static void endpoint_close(struct endpoint *ep)
     TRY(rdd_mr_free(ep->mr));
 }
 
+/* One receive of up to MAX_MSG bytes into the receive buffer: the
+ * per-opcode call (one SGE, no rdd_recv_wr to build; docs/c-api.md,
+ * "which call to use when"). */
 static void post_recv(struct endpoint *ep, uint64_t id)
 {
-    rdd_sge sge;
-    rdd_recv_wr wr;
-    size_t bad;
-    sge.addr = (uint64_t)(uintptr_t)(ep->buf + MAX_MSG);
-    sge.length = MAX_MSG;
-    sge.lkey = ep->lkey;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    TRY(rdd_qp_post_recv(ep->qp, &wr, 1, &bad));
+    TRY(rdd_qp_recv(ep->qp, id, (uint64_t)(uintptr_t)(ep->buf + MAX_MSG), MAX_MSG, ep->lkey, 0));
 }
 
-/* Sends `len` bytes stamped with `seq`; only every 16th send is signaled
- * (the library keeps the send queue from filling with unsignaled work). */
+/* Sends `len` bytes stamped with `seq` with the per-opcode rdd_qp_send
+ * (one WR, one doorbell); only every 16th send is signaled (the library
+ * keeps the send queue from filling with unsignaled work). */
 static void send_msg(struct endpoint *ep, uint64_t seq, uint32_t len)
 {
-    rdd_sge sge;
-    rdd_wr wr;
-    size_t bad;
     memset(ep->buf, (int)(seq & 0xff), len);
     memcpy(ep->buf, &seq, sizeof(seq));
-    sge.addr = (uint64_t)(uintptr_t)ep->buf;
-    sge.length = len;
-    sge.lkey = ep->lkey;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = seq;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = RDD_WR_SEND;
-    wr.flags = (seq % 16 == 0) ? RDD_SEND_SIGNALED : 0;
-    TRY(rdd_qp_post_send(ep->qp, &wr, 1, &bad));
+    TRY(rdd_qp_send(ep->qp, seq, (uint64_t)(uintptr_t)ep->buf, len, ep->lkey,
+                    (seq % 16 == 0) ? RDD_SEND_SIGNALED : 0));
 }
 
 /* Whether the message in the receive buffer is message `seq` of `len`
@@ -144,11 +127,11 @@ static void wait_recv(struct endpoint *ep, uint64_t seq, uint32_t len)
     double idle_since = 0.0;
     for (;;) {
         rdd_wc wc[4];
-        size_t n = 0, i, work;
+        size_t n, i, work;
         if (step_mode) {
             TRY(rdd_device_step(dev, &work));
         }
-        TRY(rdd_cq_poll(ep->cq, &ep->qp, 1, wc, 4, &n));
+        n = ex_poll(ep->cq, wc, 4);
         if (n == 0) {
             idle++;
             if (idle % 1024 == 0) {

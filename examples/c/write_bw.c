@@ -12,11 +12,15 @@
  * offer: the example says so and exits 2.
  *
  * For each message size the writer keeps the send queue busy with
- * batches of `--batch` WRITEs, each batch one rdd_qp_post_send call (one
- * doorbell), only its last WR signaled: one completion retires the whole
- * batch. Every WR's wr_id is the number of messages posted up to and
+ * batches of `--batch` WRITEs, each WRITE one per-opcode rdd_qp_write
+ * call (no rdd_wr to build), all but the last with
+ * RDD_SEND_DEFER_DOORBELL, so the last rings one doorbell for the batch
+ * (on a kernel device's driver QPs, rxe and siw rings or the verbs
+ * fallback, there is no deferral: every WR rings, and the doorbells
+ * column says so); only that last WR is signaled: one completion retires
+ * the whole batch. Every WR's wr_id is the number of messages posted up to and
  * including it, so any completion says how many are done. The writer
- * polls after each round of posting; after a stretch of empty polls it
+ * polls after each round of posting (rdd_cq_poll_n); after a stretch of empty polls it
  * yields the CPU, so a device thread sharing its core can run. Each size
  * is timed from the first post to the last completion, after a warm-up;
  * then the target buffer is compared byte for byte with the source (whose
@@ -79,53 +83,42 @@ struct run {
 /* Writes `count` messages of `size` bytes; returns once all completed. */
 static struct run write_run(struct writer *w, uint32_t size, uint64_t count)
 {
-    rdd_sge sge;
-    rdd_wr wrs[MAX_BATCH];
     rdd_wc wc[32];
     uint64_t posted = 0, done = 0, cqes = 0, db0, db1;
+    uint64_t src = (uint64_t)(uintptr_t)w->src;
     unsigned long idle = 0;
     double start, idle_since = 0.0;
     struct run r;
-    unsigned i;
+    size_t i, k;
 
-    sge.addr = (uint64_t)(uintptr_t)w->src;
-    sge.length = size;
-    sge.lkey = w->lkey;
-    memset(wrs, 0, sizeof(wrs));
-    for (i = 0; i < MAX_BATCH; i++) {
-        wrs[i].sg_list = &sge;
-        wrs[i].num_sge = 1;
-        wrs[i].opcode = RDD_WR_RDMA_WRITE;
-        wrs[i].remote_addr = w->remote_addr;
-        wrs[i].rkey = w->rkey;
-    }
     TRY(rdd_qp_doorbells(w->qp, &db0));
     start = ex_now_us();
     while (done < count) {
-        size_t k = 0;
+        int full = 0;
         /* Post whole batches while the send queue has room for one. */
-        while (posted < count && posted - done + w->batch <= SQ_DEPTH) {
+        while (!full && posted < count && posted - done + w->batch <= SQ_DEPTH) {
             uint64_t left = count - posted;
             unsigned n = left < w->batch ? (unsigned)left : w->batch;
-            size_t bad = 0;
-            rdd_status s;
             for (i = 0; i < n; i++) {
-                wrs[i].wr_id = posted + i + 1;
-                wrs[i].flags = (i == n - 1) ? RDD_SEND_SIGNALED : 0;
+                /* All but the last defer the doorbell; the last rings it
+                 * for the batch and asks for the completion. */
+                uint32_t flags = (i == n - 1) ? RDD_SEND_SIGNALED : RDD_SEND_DEFER_DOORBELL;
+                rdd_status s = rdd_qp_write(w->qp, posted + 1, src, size, w->lkey,
+                                            w->remote_addr, w->rkey, flags);
+                if (s == RDD_STATUS_SQ_FULL) {
+                    /* A refused call rings nothing: ring what this batch
+                     * deferred, poll, then post the rest. */
+                    TRY(rdd_qp_ring(w->qp));
+                    full = 1;
+                    break;
+                }
+                if (s != RDD_STATUS_OK) {
+                    ex_fail("rdd_qp_write", s);
+                }
+                posted++;
             }
-            s = rdd_qp_post_send(w->qp, wrs, n, &bad);
-            if (s == RDD_STATUS_SQ_FULL) {
-                /* The WRs before `bad` went out (and were rung); poll
-                 * first, then post the rest. */
-                posted += bad;
-                break;
-            }
-            if (s != RDD_STATUS_OK) {
-                ex_fail("rdd_qp_post_send", s);
-            }
-            posted += n;
         }
-        TRY(rdd_cq_poll(w->cq, &w->qp, 1, wc, sizeof(wc) / sizeof(wc[0]), &k));
+        k = ex_poll(w->cq, wc, sizeof(wc) / sizeof(wc[0]));
         for (i = 0; i < k; i++) {
             if (wc[i].status != RDD_WC_SUCCESS || wc[i].opcode != RDD_WC_OP_RDMA_WRITE) {
                 fprintf(stderr,
@@ -309,8 +302,9 @@ int main(int argc, char **argv)
     }
     printf(" Transport        : RC, 1 QP, 1 SGE per WR, no inline\n");
     printf(" TX depth         : %u WRs\n", SQ_DEPTH);
-    printf(" Doorbell batch   : %lu WR%s per rdd_qp_post_send, only the last signaled\n", batch,
-           batch == 1 ? "" : "s");
+    printf(" Doorbell batch   : %lu WR%s per doorbell (rdd_qp_write, RDD_SEND_DEFER_DOORBELL),"
+           " only the last signaled\n",
+           batch, batch == 1 ? "" : "s");
     printf(" Iterations       : %lu per size after %lu warm-up\n", iters, warmup);
     printf("%s\n", line);
     printf(" %-10s %-13s %19s %15s %11s %9s %8s\n", "#bytes", "#iterations",
