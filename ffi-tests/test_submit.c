@@ -197,6 +197,15 @@ static void test_create_errors(void)
     cfg.max_batch = RDD_SUBMIT_MAX_BATCH;
     cfg.max_outstanding = RDD_SUBMIT_MAX_OUTSTANDING;
     MUST(rdd_submit_create(e.qp[0], e.cq[0], &cfg, &svc));
+    /* One service per QP: a second one is refused and writes nothing;
+     * after the first is destroyed, a new one is accepted. */
+    {
+        rdd_submit_service *second = NULL;
+        CHECK_EQ(rdd_submit_create(e.qp[0], e.cq[0], NULL, &second), RDD_STATUS_RESOURCE_BUSY);
+        CHECK(second == NULL);
+        CHECK_EQ(rdd_submit_destroy(svc), RDD_STATUS_OK);
+        MUST(rdd_submit_create(e.qp[0], e.cq[0], NULL, &svc));
+    }
     CHECK_EQ(rdd_submit_destroy(svc), RDD_STATUS_OK);
     env_close(&e);
 }

@@ -2980,7 +2980,9 @@ const char *rdd_qp_state_name(uint32_t state);
  * without posting another. With `peer` non-NULL it then reconnects (INIT → RTR →
  * RTS with `attr`, as `rdd_qp_connect`; the peer recovers its own QP the
  * same way and the two exchange fresh `rdd_qp_info`); with `peer` NULL the
- * QP is left in RESET.
+ * QP is left in RESET. `peer` and `attr` are checked first, as
+ * `rdd_qp_connect` checks them: a bad one is refused (`INVALID_ARGUMENT`,
+ * `INVALID_ATTRIBUTE`) before anything is drained, and the QP is as it was.
  *
  * The QP's CQs must serve only this QP (another QP's completions would be
  * consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
@@ -3385,7 +3387,8 @@ rdd_status rdd_pool_destroy(struct rdd_pool *pool);
  * not by this one beyond its checks.
  *
  * Errors: `NULL_PARAMETER` (`out`, `qp` or `cq`), `INVALID_HANDLE`,
- * `RESOURCE_BUSY` (`qp` or `cq` in use by another thread),
+ * `RESOURCE_BUSY` (`qp` or `cq` in use by another thread, or another
+ * service drives `qp` already: one service per QP),
  * `INVALID_ARGUMENT` (the CQ rule above; non-zero `flags`/`reserved`;
  * `max_outstanding` above `RDD_SUBMIT_MAX_OUTSTANDING` or `max_batch`
  * above `RDD_SUBMIT_MAX_BATCH`), `RESOURCE_EXHAUSTED` (no handle slot).

@@ -318,6 +318,9 @@ pub(super) struct QpObj {
     pub(super) rate_limit_kbps: u32,
     /// What the last successful connect used (cleared by RESET).
     pub(super) connection: Option<crate::api::QpConnection>,
+    /// A submission service (`rdd_submit_create`) drives this QP's send
+    /// queue: a second one is refused.
+    pub(super) serviced: core::sync::atomic::AtomicBool,
     // Side tables the queues point into (heap buffers do not move).
     pub(super) _sq_wrid: Vec<WrSlot>,
     pub(super) _rq_wrid: Vec<u64>,

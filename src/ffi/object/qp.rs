@@ -215,6 +215,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             psn: raw.psn & 0xff_ffff,
             rate_limit_kbps: 0,
             connection: None,
+            serviced: core::sync::atomic::AtomicBool::new(false),
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             _keep: raw.keep,
@@ -568,4 +569,42 @@ pub(super) fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> 
         q.connection = None;
     }
     Ok(())
+}
+
+/// Marks `qp` as driven by a submission service (`rdd_submit_create`):
+/// `RESOURCE_BUSY` if another service drives it already (two services on
+/// one QP would take each other's completions), the handle statuses of a
+/// shared acquisition otherwise.
+pub(in crate::ffi) fn claim_for_service(qp: usize) -> Result<(), rdd_status> {
+    let g = shared::<QpObj>(qp)?;
+    // Relaxed: the flag guards nothing but itself; the CAS makes one of
+    // two racing claims fail.
+    match g.serviced.compare_exchange(
+        false,
+        true,
+        core::sync::atomic::Ordering::Relaxed,
+        core::sync::atomic::Ordering::Relaxed,
+    ) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(rdd_status::ResourceBusy),
+    }
+}
+
+/// Undoes [`claim_for_service`] when the service goes. A QP destroyed
+/// under the service (its handle dead) has nothing to undo. A QP busy in
+/// another thread's exclusive call is waited for, a bounded number of
+/// times (the service is idle by now, so only a foreign call can hold it).
+pub(in crate::ffi) fn release_service(qp: usize) {
+    for _ in 0..1_000_000 {
+        match shared::<QpObj>(qp) {
+            Ok(g) => {
+                // Relaxed: as in `claim_for_service`.
+                g.serviced
+                    .store(false, core::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            Err(rdd_status::ResourceBusy) => std::thread::yield_now(),
+            Err(_) => return,
+        }
+    }
 }

@@ -93,7 +93,8 @@ pub(super) fn check_array<T>(p: *const T, n: usize) -> Result<(), rdd_status> {
 /// not by this one beyond its checks.
 ///
 /// Errors: `NULL_PARAMETER` (`out`, `qp` or `cq`), `INVALID_HANDLE`,
-/// `RESOURCE_BUSY` (`qp` or `cq` in use by another thread),
+/// `RESOURCE_BUSY` (`qp` or `cq` in use by another thread, or another
+/// service drives `qp` already: one service per QP),
 /// `INVALID_ARGUMENT` (the CQ rule above; non-zero `flags`/`reserved`;
 /// `max_outstanding` above `RDD_SUBMIT_MAX_OUTSTANDING` or `max_batch`
 /// above `RDD_SUBMIT_MAX_BATCH`), `RESOURCE_EXHAUSTED` (no handle slot).
@@ -146,14 +147,24 @@ pub unsafe extern "C" fn rdd_submit_create(
             rdd_status::Ok => {}
             s => return s,
         }
-        let core = try_status!(Core::new(Binding {
+        // One service per QP (the claim is undone when the service's core
+        // goes, or right here if it cannot be built).
+        try_status!(crate::ffi::object::claim_for_service(h(qp)));
+        let core = Core::new(Binding {
             qp: h(qp),
             cq: h(cq),
             max_inline: caps.max_inline_data,
             doorbells,
             max_outstanding: or(c.max_outstanding, RDD_SUBMIT_DEFAULT_OUTSTANDING),
             max_batch: or(c.max_batch, RDD_SUBMIT_DEFAULT_BATCH),
-        }));
+        });
+        let core = match core {
+            Ok(core) => core,
+            Err(s) => {
+                crate::ffi::object::release_service(h(qp));
+                return s;
+            }
+        };
         let obj = Box::new(ServiceObj {
             core: Arc::new(core),
         });

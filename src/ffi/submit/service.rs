@@ -287,6 +287,8 @@ impl Drop for Core {
         // SAFETY: `svc` came from `Box::leak` in `new`, and its last
         // borrower (the poller) is gone.
         drop(unsafe { Box::from_raw(self.svc.as_ptr()) });
+        // The QP may take another service now.
+        crate::ffi::object::release_service(self.qp);
     }
 }
 

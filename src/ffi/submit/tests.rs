@@ -592,3 +592,28 @@ fn threads_submit_poll_and_reap() {
     ok(rdd_device_stop(e.dev));
     teardown(e);
 }
+
+#[test]
+fn one_service_per_qp() {
+    let e = env();
+    let svc = create(&e, None);
+    let mut second = null_mut();
+    // SAFETY: `second` is a local.
+    let s = unsafe { rdd_submit_create(e.qp[0], e.cq[0], ptr::null(), &mut second) };
+    assert_eq!(s, rdd_status::ResourceBusy);
+    assert!(second.is_null(), "nothing written");
+    ok(rdd_submit_destroy(svc));
+    // The claim went with the service: a new one may drive the QP.
+    let svc = create(&e, None);
+    ok(rdd_submit_destroy(svc));
+    // A refused create (bad config) leaves no claim behind.
+    let bad = rdd_submit_config {
+        max_batch: RDD_SUBMIT_MAX_BATCH + 1,
+        ..rdd_submit_config::default()
+    };
+    // SAFETY: `bad` and `second` are locals.
+    let s = unsafe { rdd_submit_create(e.qp[0], e.cq[0], &bad, &mut second) };
+    assert_eq!(s, rdd_status::InvalidArgument);
+    let svc = create(&e, None);
+    ok(rdd_submit_destroy(svc));
+}
