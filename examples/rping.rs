@@ -28,10 +28,13 @@
 //! after `-C` pings); with `-V` the server also checks every ping it reads
 //! against the expected pattern; the client clears its sink before each
 //! ping, so `-V` cannot pass on stale data; every wait is bounded
-//! (`--timeout SECS`, default 30). Connection setup is retried a few times
-//! (siw sometimes refuses a first connect). Exit status: 0 success, 1
-//! failure (data mismatch, bad message, completion error, timeout), 2 bad
-//! arguments.
+//! (`--timeout SECS`, default 30) and watches the rdma_cm events, so a
+//! peer that disconnects or dies is reported at once. Connection setup is
+//! retried a few times (siw sometimes refuses a first connect), and each
+//! failed attempt is reported with the rdma_cm event and its status (a
+//! rejection's reason, as rdma-core's `rping` prints it). Exit status: 0
+//! success, 1 failure (data mismatch, bad message, completion error,
+//! disconnect, rejection, timeout), 2 bad arguments.
 
 #[cfg(feature = "verbs")]
 mod common;
@@ -64,7 +67,7 @@ mod imp {
     use rdma_direct::verbs::{list_devices, VerbsDevice};
     use rdma_direct::{Error, RecvWr, Remote, SendFlags, SendOp, SendWr};
 
-    use super::common::{device_ipv4, open_device, status_name, ExampleBackend};
+    use super::common::{device_ipv4, open_device, status_name, ExampleBackend, EXIT_USAGE};
 
     type Dev = VerbsDevice;
 
@@ -77,6 +80,9 @@ mod imp {
     const MIN_SIZE: usize = 23;
     const MAX_SIZE: usize = 65535;
     const DEFAULT_PORT: u16 = 7174;
+    /// Connection setups the client tries (siw sometimes refuses a first
+    /// connect).
+    const CONNECT_ATTEMPTS: u32 = 5;
 
     struct Args {
         server: bool,
@@ -166,7 +172,7 @@ mod imp {
             Ok(a) => a,
             Err(e) => {
                 eprintln!("{e}");
-                return ExitCode::from(2);
+                return ExitCode::from(EXIT_USAGE);
             }
         };
         let r = if args.server {
@@ -304,6 +310,8 @@ mod imp {
         conn: CmConnection,
         seen: Seen,
         timeout: Duration,
+        /// The CM reported the peer's disconnect.
+        peer_gone: bool,
     }
 
     /// How a wait ended.
@@ -358,8 +366,19 @@ mod imp {
                 }))
         }
 
-        /// Polls until `done(&seen)`. A peer disconnect ends the wait with
-        /// [`Waited::Disconnected`] if `may_end`, and is an error otherwise.
+        /// The error for a peer that disconnected while we were at `what`.
+        fn gone(&self, what: &str) -> String {
+            format!(
+                "{what}: the peer disconnected (RDMA_CM_EVENT_DISCONNECTED): it closed the \
+                 connection or its process ended"
+            )
+        }
+
+        /// Polls until `done(&seen)`, watching the rdma_cm events all the
+        /// while (on rxe a peer that dies only shows as a DISCONNECTED
+        /// event: nothing flushes our QP). A peer disconnect ends the wait
+        /// with [`Waited::Disconnected`] if `may_end`, and is an error
+        /// otherwise.
         fn wait(
             &mut self,
             what: &str,
@@ -373,10 +392,20 @@ mod imp {
                 let n = self.cq.poll(&mut self.qp, &mut wc).map_err(e("poll CQ"))?;
                 for w in &wc[..n] {
                     if w.status != WcStatus::SUCCESS {
-                        if may_end && w.status == WcStatus::WR_FLUSH_ERR {
-                            // The connection is gone (iWARP flushes the QP).
-                            let _ = self.conn.wait_disconnect(Duration::from_millis(500));
-                            return Ok(Waited::Disconnected);
+                        if w.status == WcStatus::WR_FLUSH_ERR {
+                            // The connection is gone (iWARP flushes the
+                            // QP); the CM says so shortly.
+                            let said = self.conn.wait_disconnect(Duration::from_millis(500));
+                            if may_end {
+                                return Ok(Waited::Disconnected);
+                            }
+                            if said.is_ok() {
+                                return Err(format!(
+                                    "{} (wr_id {} flushed)",
+                                    self.gone(what),
+                                    w.wr_id
+                                ));
+                            }
                         }
                         let why = if w.status == WcStatus::WR_FLUSH_ERR {
                             " (the connection is gone: the peer failed or disconnected)"
@@ -422,16 +451,27 @@ mod imp {
                     idle = 0;
                     continue;
                 }
+                if self.peer_gone {
+                    // The CQ is drained since the DISCONNECTED event.
+                    return if may_end {
+                        Ok(Waited::Disconnected)
+                    } else {
+                        Err(self.gone(what))
+                    };
+                }
                 idle += 1;
                 if idle < 256 {
                     std::hint::spin_loop();
                     continue;
                 }
                 // Idle: let the (possibly software) device have the CPU,
-                // and notice a disconnect (rdma_cm event).
-                if may_end && idle % 16 == 0 {
+                // and notice a disconnect (rdma_cm event) whatever we wait
+                // for.
+                if idle % 16 == 0 {
                     match self.conn.wait_disconnect(Duration::from_millis(1)) {
-                        Ok(()) => return Ok(Waited::Disconnected),
+                        // Drain the CQ once more first: what the peer
+                        // sent before it left still counts.
+                        Ok(()) => self.peer_gone = true,
                         Err(Error::Timeout) => {}
                         Err(x) => return Err(format!("{what}: rdma_cm: {x}{}", Dev::detail())),
                     }
@@ -489,12 +529,25 @@ mod imp {
             ..CmOptions::default()
         };
         // A fresh CQ and QP per attempt: a failed one may leave flushed
-        // work behind.
-        let (cq, qp, conn) = cm::retry(5, Duration::from_millis(500), || {
-            let cq = dev.create_cq(dev.cq_depth_for(&[&qp_init()]).max(32))?;
-            let mut qp = pd.create_qp(&cq, &cq, &qp_init())?;
-            let conn = cm::connect(&mut qp, dst, None, &opts, |q| post_recv(q, &recv))?;
-            Ok((cq, qp, conn))
+        // work behind. Each failed attempt says why (a rejection's
+        // reason), since the next one may fail differently.
+        let mut attempt = 0;
+        let (cq, qp, conn) = cm::retry(CONNECT_ATTEMPTS, Duration::from_millis(500), || {
+            attempt += 1;
+            let r = (|| {
+                let cq = dev.create_cq(dev.cq_depth_for(&[&qp_init()]).max(32))?;
+                let mut qp = pd.create_qp(&cq, &cq, &qp_init())?;
+                let conn = cm::connect(&mut qp, dst, None, &opts, |q| post_recv(q, &recv))?;
+                Ok((cq, qp, conn))
+            })();
+            if let (Err(x @ Error::ConnectFailed), true) = (&r, attempt < CONNECT_ATTEMPTS) {
+                eprintln!(
+                    "rping: connect to {dst}, attempt {attempt} of {CONNECT_ATTEMPTS}: {x}{}; \
+                     retrying",
+                    Dev::detail()
+                );
+            }
+            r
         })
         .map_err(|x| format!("connect to {dst}: {x}{}", Dev::detail()))?;
         let mut ep = Ep {
@@ -506,6 +559,7 @@ mod imp {
             conn,
             seen: Seen::default(),
             timeout: args.timeout,
+            peer_gone: false,
         };
         let size = args.size as u32;
         let mut start = b'A';
@@ -538,9 +592,11 @@ mod imp {
             }
             ping += 1;
         }
-        ep.conn
-            .disconnect(&mut ep.qp)
-            .map_err(e("rdma_disconnect"))?;
+        if !ep.peer_gone {
+            ep.conn
+                .disconnect(&mut ep.qp)
+                .map_err(e("rdma_disconnect"))?;
+        }
         println!(
             "rping client: {ping} pings of {size} bytes with {dst} on {}{}",
             dev.backend().name(),
@@ -582,6 +638,7 @@ mod imp {
             conn,
             seen: Seen::default(),
             timeout: args.timeout,
+            peer_gone: false,
         };
         let go_ahead = [0u8; INFO_LEN];
         let mut start = b'A';

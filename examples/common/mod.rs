@@ -17,6 +17,12 @@ use std::net::IpAddr;
 use rdma_direct::api::{Backend, ConnectAttr, Device, Qp, WcStatus};
 use rdma_direct::soft::SoftDevice;
 
+/// Exit status of every example when it did not run (README,
+/// "Examples"): a bad command line, or a request this build or the chosen
+/// device cannot serve (checked before anything runs). 0 is success and 1
+/// a run that failed.
+pub const EXIT_USAGE: u8 = 2;
+
 /// The device flags shared by the examples.
 #[derive(Default)]
 pub struct DevOpts {
@@ -421,6 +427,13 @@ mod verbs_impl {
         fn detail() -> String {
             match verbs::last_error() {
                 ("", _) => String::new(),
+                // An rdma_cm event: its name and status (a rejection's
+                // status is the peer's reason, not an errno).
+                (op, _) if op.starts_with("rdma_cm:") => match cm::last_failure() {
+                    Some(f) => format!(" ({f})"),
+                    None => format!(" ({op})"),
+                },
+                (op, 0) => format!(" ({op})"),
                 (op, errno) => format!(" ({op}: {})", std::io::Error::from_raw_os_error(errno)),
             }
         }

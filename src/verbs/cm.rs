@@ -21,7 +21,8 @@
 //! peers, address/route/connect errors are [`Error::ConnectFailed`]
 //! (transient: retrying the whole setup may succeed; siw has been seen to
 //! fail a first connect with `CONNECT_ERROR -22`); running out of time is
-//! [`Error::Timeout`].
+//! [`Error::Timeout`]. Which event it was, with its status (a rejection's
+//! reason), is [`last_failure`]: [`Error`] is a plain code.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -124,6 +125,95 @@ fn event_name(k: u32) -> &'static str {
     }
 }
 
+/// The rdma_cm event that ended a connection setup (or a connection)
+/// with [`Error::ConnectFailed`], as librdmacm reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmFailure {
+    /// The event (`rdma_cm_event_type`: 8 is `RDMA_CM_EVENT_REJECTED`).
+    pub event: u32,
+    /// Its `status`: a negative errno, or for a rejection the transport's
+    /// reject reason (InfiniBand/RoCE: the reason of the IB CM REJ
+    /// message), per rdma_get_cm_event(3).
+    pub status: i32,
+}
+
+impl CmFailure {
+    /// librdmacm's name of the event, `"RDMA_CM_EVENT_REJECTED"` etc.
+    pub fn event_name(&self) -> &'static str {
+        // SAFETY: librdmacm returns a static string for every value
+        // (unknown ones included).
+        let p = unsafe { sys::rdma_event_str(self.event) };
+        if p.is_null() {
+            return "RDMA_CM_EVENT_?";
+        }
+        // SAFETY: a NUL-terminated static string (above).
+        unsafe { CStr::from_ptr(p) }
+            .to_str()
+            .unwrap_or("RDMA_CM_EVENT_?")
+    }
+
+    /// The peer's reject reason, for a rejection that carries one
+    /// (InfiniBand/RoCE; an iWARP rejection carries a negative errno).
+    pub fn reject_reason(&self) -> Option<u32> {
+        (self.event == sys::rdma_cm_event_type::RDMA_CM_EVENT_REJECTED && self.status > 0)
+            .then_some(self.status as u32)
+    }
+
+    /// The errno the status carries, if it is one.
+    pub fn errno(&self) -> Option<i32> {
+        (self.status < 0).then_some(-self.status)
+    }
+}
+
+/// What the common IB CM reject reasons mean (IBA vol. 1 §12.6.7.2, the
+/// REJ message's reason table; the ones rdma_cm peers send in practice).
+fn reject_reason_text(r: u32) -> &'static str {
+    match r {
+        1 => "no QP",
+        3 => "no resources",
+        4 => "timeout",
+        5 => "unsupported request",
+        8 => "invalid service ID: nobody listens on that port",
+        10 => "stale connection",
+        28 => "consumer defined: the peer's application rejected",
+        _ => "see the IB CM REJ reasons",
+    }
+}
+
+impl core::fmt::Display for CmFailure {
+    /// `RDMA_CM_EVENT_REJECTED, reason 8 (invalid service ID: ...)`, or
+    /// `..., error -111 (Connection refused ...)`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.event_name())?;
+        if let Some(r) = self.reject_reason() {
+            write!(f, ", reason {r} ({})", reject_reason_text(r))
+        } else if let Some(e) = self.errno() {
+            write!(
+                f,
+                ", error {} ({})",
+                self.status,
+                std::io::Error::from_raw_os_error(e)
+            )
+        } else if self.status != 0 {
+            write!(f, ", status {}", self.status)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+std::thread_local! {
+    static LAST_FAILURE: core::cell::Cell<Option<CmFailure>> = const { core::cell::Cell::new(None) };
+}
+
+/// The rdma_cm event behind the last [`Error::ConnectFailed`] an event
+/// caused on this thread (`None` if none has). Like
+/// [`super::last_error`], which names it too (`"rdma_cm: rejected"`), it
+/// is not cleared by later successes.
+pub fn last_failure() -> Option<CmFailure> {
+    LAST_FAILURE.with(|l| l.get())
+}
+
 /// Waits for the next event on `ch` until `deadline`; acks it and returns
 /// a copy. Failure events become [`Error::ConnectFailed`].
 fn next_event(ch: &Channel, deadline: Instant, want: &[u32]) -> Result<Event> {
@@ -191,6 +281,12 @@ fn next_event(ch: &Channel, deadline: Instant, want: &[u32]) -> Result<Event> {
                 // the peer's reject reason, which is not an errno.
                 let errno = if copy.status < 0 { -copy.status } else { 0 };
                 let _ = fail(event_name(k), errno);
+                LAST_FAILURE.with(|l| {
+                    l.set(Some(CmFailure {
+                        event: k,
+                        status: copy.status,
+                    }))
+                });
                 return Err(Error::ConnectFailed);
             }
         }
@@ -594,5 +690,53 @@ pub fn retry<T>(attempts: u32, pause: Duration, mut f: impl FnMut() -> Result<T>
             Err(Error::ConnectFailed) if n < attempts => std::thread::sleep(pause),
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::rdma_cm_event_type as E;
+
+    #[test]
+    fn failures_name_the_event_and_the_reject_reason() {
+        let ib = CmFailure {
+            event: E::RDMA_CM_EVENT_REJECTED,
+            status: 8,
+        };
+        assert_eq!(ib.reject_reason(), Some(8));
+        assert_eq!(ib.errno(), None);
+        let s = std::format!("{ib}");
+        assert!(
+            s.starts_with("RDMA_CM_EVENT_REJECTED, reason 8 (invalid service ID"),
+            "{s}"
+        );
+        let iw = CmFailure {
+            event: E::RDMA_CM_EVENT_REJECTED,
+            status: -libc::ECONNREFUSED,
+        };
+        assert_eq!(iw.reject_reason(), None);
+        assert_eq!(iw.errno(), Some(libc::ECONNREFUSED));
+        let s = std::format!("{iw}");
+        assert!(
+            s.starts_with("RDMA_CM_EVENT_REJECTED, error -111 (Connection refused"),
+            "{s}"
+        );
+        let unreachable = CmFailure {
+            event: E::RDMA_CM_EVENT_UNREACHABLE,
+            status: -libc::ETIMEDOUT,
+        };
+        assert!(std::format!("{unreachable}").starts_with("RDMA_CM_EVENT_UNREACHABLE, error -110"));
+        assert_eq!(
+            std::format!(
+                "{}",
+                CmFailure {
+                    event: E::RDMA_CM_EVENT_DISCONNECTED,
+                    status: 0
+                }
+            ),
+            "RDMA_CM_EVENT_DISCONNECTED"
+        );
+        assert_eq!(last_failure(), None, "nothing failed on this thread");
     }
 }
