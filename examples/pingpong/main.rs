@@ -76,31 +76,56 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(common::EXIT_USAGE);
         }
     };
     match dispatch(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failed::NotRun(why)) => {
+            eprintln!("pingpong: NOT RUN: {why}");
+            ExitCode::from(common::EXIT_USAGE)
+        }
+        Err(Failed::Run(e)) => {
             eprintln!("pingpong: FAILED: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// Why `dispatch` failed.
+enum Failed {
+    /// Nothing ran: the device cannot do what was asked.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    NotRun(String),
+    /// The run failed.
+    Run(String),
+}
+
+impl From<String> for Failed {
+    fn from(e: String) -> Failed {
+        Failed::Run(e)
+    }
+}
+
 /// Picks the mode and the device.
-fn dispatch(args: &Args) -> Result<(), String> {
+fn dispatch(args: &Args) -> Result<(), Failed> {
     #[cfg(feature = "verbs")]
     {
         if let Some(rc) = &args.rc {
             let dev = common::open_device(args.dev.device.as_deref(), args.dev.gid_idx)?;
-            return rc_mode::run(&dev, args, rc);
+            if let Some(why) = rc_mode::cannot_run(&dev) {
+                return Err(Failed::NotRun(why));
+            }
+            return Ok(rc_mode::run(&dev, args, rc)?);
         }
         if let Some(dev) = common::open_verbs(&args.dev)? {
-            return run(dev, args);
+            return Ok(run(dev, args)?);
         }
     }
-    run(Device::new(SoftDevice::new(SoftConfig::default())), args)
+    Ok(run(
+        Device::new(SoftDevice::new(SoftConfig::default())),
+        args,
+    )?)
 }
 
 fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use rdma_direct::api::{
     Access, Backend, ConnectAttr, Device, QpInfo, QpInit, Transport, Wc, WcStatus,
 };
-use rdma_direct::verbs::oob::OobConn;
-use rdma_direct::verbs::VerbsDevice;
+use rdma_direct::verbs::oob::{OobConn, REFUSED_RETRY};
+use rdma_direct::verbs::{self, VerbsDevice};
 use rdma_direct::{RecvWr, SendFlags, SendOp, SendWr};
 
 use super::args::{Args, RcArgs};
@@ -51,15 +51,22 @@ fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
-    let e = |what: &'static str| err::<Dev>(what);
-    let port = dev.backend().port();
-    if port.transport == Transport::Iwarp {
-        return Err(format!(
+/// Why this mode cannot run on `dev`, if it cannot.
+pub fn cannot_run(dev: &Device<Dev>) -> Option<String> {
+    (dev.backend().port().transport == Transport::Iwarp).then(|| {
+        format!(
             "{} is an iWARP device: its QPs connect only through rdma_cm, never with \
              ibv_rc_pingpong's out-of-band exchange (use the in-process mode, or rping)",
             dev.backend().name()
-        ));
+        )
+    })
+}
+
+pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
+    let e = |what: &'static str| err::<Dev>(what);
+    let port = dev.backend().port();
+    if let Some(why) = cannot_run(dev) {
+        return Err(why);
     }
     let size = args.size;
     let rx_depth = rc.rx_depth;
@@ -127,8 +134,32 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
                 .map_err(|x| format!("address exchange: {x}{}", Dev::detail()))?
         }
         Some(host) => {
-            let mut c = OobConn::connect(&host_port(host, rc.port), rc.timeout)
-                .map_err(|x| format!("connect to {host} port {}: {x}", rc.port))?;
+            // A refusal is retried briefly (the server may be starting),
+            // and said at once; at the end of the window it is the error.
+            let mut refused = None;
+            let mut c = OobConn::connect_with(
+                &host_port(host, rc.port),
+                rc.timeout,
+                REFUSED_RETRY,
+                |a, window| {
+                    eprintln!(
+                        "pingpong: connection refused by {a} (retrying for up to {}s)",
+                        window.as_secs_f32()
+                    );
+                    refused = Some((a, window));
+                },
+            )
+            .map_err(|x| match (x, refused, verbs::last_error()) {
+                (rdma_direct::Error::ConnectFailed, Some((a, w)), (_, libc::ECONNREFUSED)) => {
+                    format!(
+                        "connect to {host} port {}: connection refused by {a} for {}s: nobody \
+                         listens there (start the server first, or check --port)",
+                        rc.port,
+                        w.as_secs_f32()
+                    )
+                }
+                (x, _, _) => format!("connect to {host} port {}: {x}{}", rc.port, Dev::detail()),
+            })?;
             let r = c
                 .client_exchange(&local)
                 .map_err(|x| format!("address exchange: {x}"))?;

@@ -122,12 +122,40 @@ fn io_error(e: std::io::Error) -> Error {
     }
 }
 
+/// How long [`OobConn::connect`] keeps retrying a host that refuses the
+/// connection: long enough for a server started at the same time to
+/// begin listening, short enough that nobody waits a whole timeout for a
+/// port nobody listens on.
+pub const REFUSED_RETRY: Duration = Duration::from_secs(5);
+
 impl OobConn {
-    /// Connects to `addr` (host:port), retrying refused connections until
-    /// `timeout` (the server may not be listening yet). Every later step
-    /// shares the same deadline.
+    /// Connects to `addr` (host:port) within `timeout`; a refused
+    /// connection is retried for [`REFUSED_RETRY`] at most (the server may
+    /// not be listening yet). Every later step shares the same deadline.
+    /// See [`OobConn::connect_with`].
     pub fn connect(addr: &str, timeout: Duration) -> Result<OobConn> {
-        let deadline = Instant::now() + timeout;
+        Self::connect_with(addr, timeout, REFUSED_RETRY, |_, _| {})
+    }
+
+    /// [`OobConn::connect`] with the refusal window `refused_for` (capped
+    /// by `timeout`) and `on_refused(address, window)`, called once, at the
+    /// first refusal, so the caller can say that it is retrying.
+    ///
+    /// Errors: [`Error::InvalidAttribute`] for an address that does not
+    /// resolve; [`Error::ConnectFailed`] when every try failed, the last
+    /// one with a refusal, reset or unreachable network (the call and
+    /// errno are in [`super::last_error`], `("TCP connect",
+    /// ECONNREFUSED)` for a refusal); [`Error::Timeout`] when nothing
+    /// answered.
+    pub fn connect_with(
+        addr: &str,
+        timeout: Duration,
+        refused_for: Duration,
+        mut on_refused: impl FnMut(SocketAddr, Duration),
+    ) -> Result<OobConn> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let refused_until = start + refused_for.min(timeout);
         let addrs: std::vec::Vec<SocketAddr> = addr
             .to_socket_addrs()
             .map_err(|_| Error::InvalidAttribute)?
@@ -135,10 +163,12 @@ impl OobConn {
         if addrs.is_empty() {
             return Err(Error::InvalidAttribute);
         }
-        // Refused until the deadline: ConnectFailed (nobody listens);
-        // no answer at all: Timeout.
+        // No answer at all: Timeout; refused: ConnectFailed (nobody
+        // listens), once the refusal window is over.
         let mut last = Error::Timeout;
+        let mut told = false;
         loop {
+            let mut refused = false;
             for a in &addrs {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -149,8 +179,24 @@ impl OobConn {
                         let _ = s.set_nodelay(true);
                         return Ok(OobConn { s, deadline });
                     }
-                    Err(e) => last = io_error(e),
+                    Err(e) => {
+                        if e.kind() == ErrorKind::ConnectionRefused {
+                            refused = true;
+                            if !told {
+                                told = true;
+                                on_refused(*a, refused_for.min(timeout));
+                            }
+                        }
+                        let errno = e.raw_os_error().unwrap_or(0);
+                        last = io_error(e);
+                        if last != Error::Timeout {
+                            let _ = super::fail("TCP connect", errno);
+                        }
+                    }
                 }
+            }
+            if refused && Instant::now() >= refused_until {
+                return Err(last);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -377,5 +423,41 @@ mod tests {
             .err(),
             Some(Error::ConnectFailed)
         );
+    }
+
+    #[test]
+    fn refused_connect_fails_at_the_refusal_window_and_says_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let t0 = Instant::now();
+        let mut told = std::vec::Vec::new();
+        let r = OobConn::connect_with(
+            &std::format!("{addr}"),
+            Duration::from_secs(60),
+            Duration::from_millis(400),
+            |a, w| told.push((a, w)),
+        );
+        let took = t0.elapsed();
+        assert_eq!(r.err(), Some(Error::ConnectFailed));
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(5),
+            "a refusal ends the connect after the refusal window, not the timeout: {took:?}"
+        );
+        assert_eq!(told, [(addr, Duration::from_millis(400))], "told once");
+        assert_eq!(
+            crate::verbs::last_error(),
+            ("TCP connect", libc::ECONNREFUSED)
+        );
+        // The window never outlasts the timeout.
+        let t0 = Instant::now();
+        let r = OobConn::connect_with(
+            &std::format!("{addr}"),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+            |_, w| assert_eq!(w, Duration::from_millis(200)),
+        );
+        assert_eq!(r.err(), Some(Error::ConnectFailed));
+        assert!(t0.elapsed() < Duration::from_secs(5));
     }
 }
