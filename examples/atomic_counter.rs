@@ -38,8 +38,9 @@ use rdma_direct::{Remote, SendFlags, SendOp, SendWr, Sge};
 mod common;
 use common::{err, DevOpts, ExampleBackend, DEV_USAGE};
 
-/// Exit status when the device has no RDMA atomics.
-const NO_ATOMICS: u8 = 2;
+/// Exit status when the device has no RDMA atomics: nothing ran, as for a
+/// bad command line.
+const NO_ATOMICS: u8 = common::EXIT_USAGE;
 
 /// Largest `--batch`.
 const MAX_BATCH: usize = 64;
@@ -186,7 +187,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(common::EXIT_USAGE);
         }
     };
     match dispatch(&args) {

@@ -72,6 +72,11 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn main() -> Result<()> {
+    if std::env::args().len() > 1 {
+        // Exit status 2, as every example for a bad command line.
+        eprintln!("usage: wqe_tour (no arguments)");
+        std::process::exit(2);
+    }
     let mut dev = FakeMlx5::new(FakeGeometry {
         sq_wqe_cnt: 16,
         ..FakeGeometry::default()

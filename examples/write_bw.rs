@@ -202,7 +202,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("{e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(common::EXIT_USAGE);
         }
     };
     match dispatch(&args) {
