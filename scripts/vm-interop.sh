@@ -33,7 +33,7 @@
 #                       --connect to a closed TCP port says "refused"
 #                       within $DISC_SECS s; pingpong's two-process mode on
 #                       siw0 and bad arguments exit 2
-# About 35-70 s inside the VM under TCG, depending on host load (plus the
+# About 60 s inside the VM under TCG, more under host load (plus the
 # boot: 60-130 s of VM time in all). Set INTEROP_VERBOSE=1 to see the
 # output of passing checks too. vm-run.sh passes RDD_EXAMPLES_DIR,
 # INTEROP_TIMEOUT and INTEROP_VERBOSE only when named in VM_PASSENV.

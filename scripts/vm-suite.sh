@@ -26,7 +26,8 @@
 #              siw; ffi-tests/test_verbs.c: the C object API on rxe and siw,
 #              plain and under ASan+UBSan
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
-#              device in-process (scripts/vm-interop.sh)
+#              device in-process; disconnects, rejections and refusals
+#              reported at once, and exit statuses (scripts/vm-interop.sh)
 #   c-examples examples/c/pingpong.c and write_bw.c, built against the
 #              installed library with pkg-config only, on rxe0 (plain and
 #              under ASan+UBSan), and their refusal on siw0, which needs
