@@ -490,25 +490,40 @@ fn protection_errors() {
 
 #[test]
 fn qp_access_flags_are_enforced() {
+    // A request the responder QP's access flags do not enable is an
+    // invalid request (NAK class C), as rxe's check_op_valid has it: the
+    // requester gets REM_INV_REQ_ERR, the responder goes to ERROR and
+    // raises QP_REQ_ERR (docs/spec/responder.md §2, §3).
     let none = ConnectAttr::default();
-    let mut p = pair_with(SoftConfig::default(), 64, none, none);
-    let src = p.pd.register(8, Access::LOCAL_WRITE).unwrap();
-    let target = p.pd.register(8, RW).unwrap();
-    p.a.post_send_one(&SendWr::new(
-        1,
-        SendOp::Read {
-            remote: target.remote(0),
-        },
-        &[src.sge(0, 8)],
-        SendFlags::SIGNALED,
-    ))
-    .unwrap();
-    p.run();
-    assert_eq!(
-        p.poll_a()[0].status,
-        WcStatus::REM_ACCESS_ERR,
-        "QP without REMOTE_READ"
-    );
+    for op in ["read", "write", "atomic"] {
+        let mut p = pair_with(SoftConfig::default(), 64, none, none);
+        let src = p.pd.register(8, Access::LOCAL_WRITE).unwrap();
+        let target = p.pd.register(8, RW).unwrap();
+        let remote = target.remote(0);
+        let sge = [src.sge(0, 8)];
+        let kind = match op {
+            "read" => SendOp::Read { remote },
+            "write" => SendOp::Write { remote },
+            _ => SendOp::FetchAdd { remote, add: 1 },
+        };
+        p.a.post_send_one(&SendWr::new(1, kind, &sge, SendFlags::SIGNALED))
+            .unwrap();
+        p.run();
+        assert_eq!(
+            p.poll_a()[0].status,
+            WcStatus::REM_INV_REQ_ERR,
+            "{op}: QP without the remote right"
+        );
+        let b = p.b.qpn();
+        assert_eq!(p.dev.backend().qp_state(b), Ok(QpState::Error), "{op}");
+        assert_eq!(
+            p.dev.poll_async_event().unwrap(),
+            Some(rdma_direct::api::AsyncEvent::QpRequestError { qpn: b }),
+            "{op}"
+        );
+        assert_eq!(p.dev.poll_async_event().unwrap(), None, "{op}");
+        assert!(target.as_slice().iter().all(|x| *x == 0), "{op}");
+    }
 }
 
 #[test]

@@ -27,6 +27,8 @@ use rdma_direct::{Error, RecvWr, Remote, SendFlags, SendOp, SendWr};
 
 mod common;
 use common::*;
+#[path = "support/responder_errors.rs"]
+mod responder_errors;
 
 // The device tests, by subject. Included, not `mod`: every test keeps its
 // name at the crate root (a module would prefix it).
@@ -34,6 +36,7 @@ include!("verbs_device/data_path.rs");
 include!("verbs_device/connect.rs");
 include!("verbs_device/errors.rs");
 include!("verbs_device/exposure.rs");
+include!("verbs_device/responder.rs");
 
 #[test]
 fn host_reports_missing_devices() {

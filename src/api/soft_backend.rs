@@ -80,6 +80,10 @@ impl Backend for crate::soft::SoftDevice {
             crate::soft::SoftDevice::poll_async_event(self).map(|e| match e {
                 crate::soft::AsyncEvent::CqOverrun { cqn } => AsyncEvent::CqError { cqn },
                 crate::soft::AsyncEvent::QpFatal { qpn } => AsyncEvent::QpFatal { qpn },
+                crate::soft::AsyncEvent::QpRequestError { qpn } => {
+                    AsyncEvent::QpRequestError { qpn }
+                }
+                crate::soft::AsyncEvent::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
             }),
         )
     }

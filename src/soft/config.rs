@@ -38,6 +38,20 @@ pub enum AsyncEvent {
         /// QP number.
         qpn: u32,
     },
+    /// A responder QP refused an invalid request (an operation its access
+    /// flags do not enable) and entered the error state
+    /// (`IBV_EVENT_QP_REQ_ERR`; docs/spec/responder.md §3).
+    QpRequestError {
+        /// QP number of the responder.
+        qpn: u32,
+    },
+    /// A responder QP refused a request that violated a memory region's
+    /// key, bounds or access rights and entered the error state
+    /// (`IBV_EVENT_QP_ACCESS_ERR`; docs/spec/responder.md §3).
+    QpAccessError {
+        /// QP number of the responder.
+        qpn: u32,
+    },
 }
 
 /// Fault injection, for tests.

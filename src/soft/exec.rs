@@ -1,6 +1,8 @@
 //! Executing one validated WQE between RC QPs: local gather/scatter,
 //! RDMA WRITE, READ, atomics and SENDs, receive consumption with RNR, and
-//! injected faults.
+//! injected faults. Errors the responder detects follow
+//! docs/spec/responder.md: each ends the connection (the responder QP
+//! moves to ERROR) and raises the affiliated event it names.
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use core::sync::atomic::Ordering;
 use super::config::Fault;
 use super::cqe::{cqe_image, err_image};
 use super::mr::Access;
-use super::state::{Engine, Outcome, Scratch};
+use super::state::{Engine, Outcome, RespEvent, Scratch};
 use super::wqe::{self, Local, ParsedSend, Seg};
 use crate::completion::QpState;
 use crate::mmio;
@@ -168,13 +170,18 @@ impl Engine {
         match p.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                 let (ra, rk) = p.remote;
-                let ok = baccess.contains(Access::REMOTE_WRITE);
+                if !baccess.contains(Access::REMOTE_WRITE) {
+                    return self.responder_fatal(
+                        bi,
+                        syndrome::REMOTE_INVAL_REQ,
+                        RespEvent::Request,
+                    );
+                }
                 let Some(dst) = self
                     .mrs
                     .check(rk, bpd, ra, total, Access::REMOTE_WRITE, true)
-                    .filter(|_| ok)
                 else {
-                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                    return self.responder_fatal(bi, syndrome::REMOTE_ACCESS, RespEvent::Access);
                 };
                 if p.opcode == opcode::RDMA_WRITE_IMM {
                     // Consumes a receive: check before moving data.
@@ -201,13 +208,18 @@ impl Engine {
             }
             opcode::RDMA_READ => {
                 let (ra, rk) = p.remote;
-                let ok = baccess.contains(Access::REMOTE_READ);
+                if !baccess.contains(Access::REMOTE_READ) {
+                    return self.responder_fatal(
+                        bi,
+                        syndrome::REMOTE_INVAL_REQ,
+                        RespEvent::Request,
+                    );
+                }
                 let Some(srcp) = self
                     .mrs
                     .check(rk, bpd, ra, total, Access::REMOTE_READ, true)
-                    .filter(|_| ok)
                 else {
-                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                    return self.responder_fatal(bi, syndrome::REMOTE_ACCESS, RespEvent::Access);
                 };
                 // SAFETY: ranges validated against the MR table.
                 unsafe { sg_copy(&[(srcp, total as usize)], &local[..nlocal]) };
@@ -215,16 +227,18 @@ impl Engine {
             }
             opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
                 let (ra, rk) = p.remote;
-                if ra % 8 != 0 {
-                    return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+                if !baccess.contains(Access::REMOTE_ATOMIC) {
+                    return self.responder_fatal(
+                        bi,
+                        syndrome::REMOTE_INVAL_REQ,
+                        RespEvent::Request,
+                    );
                 }
-                let ok = baccess.contains(Access::REMOTE_ATOMIC);
-                let Some(t) = self
-                    .mrs
-                    .check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true)
-                    .filter(|_| ok)
-                else {
-                    return Outcome::Fail(syndrome::REMOTE_ACCESS);
+                if ra % 8 != 0 {
+                    return self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::Access);
+                }
+                let Some(t) = self.mrs.check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true) else {
+                    return self.responder_fatal(bi, syndrome::REMOTE_ACCESS, RespEvent::Access);
                 };
                 // SAFETY: 8 bytes inside a registered region, 8-aligned;
                 // atomic with respect to every device operation (engine
@@ -291,8 +305,7 @@ impl Engine {
                         let img =
                             err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
                         self.push_cqe(brecv_cq, &img);
-                        self.set_error(bi);
-                        return Outcome::Fail(syndrome::REMOTE_OP);
+                        return self.responder_fatal(bi, syndrome::REMOTE_OP, RespEvent::None);
                     };
                     dst[i] = (ptr, s.len as usize);
                     cap += s.len as u64;
@@ -306,8 +319,7 @@ impl Engine {
                         syndrome::LOCAL_LENGTH,
                     );
                     self.push_cqe(brecv_cq, &img);
-                    self.set_error(bi);
-                    return Outcome::Fail(syndrome::REMOTE_INVAL_REQ);
+                    return self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::None);
                 }
                 // SAFETY: ranges validated against the MR table.
                 unsafe { sg_copy(&local[..nlocal], &dst[..n]) };

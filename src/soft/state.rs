@@ -156,4 +156,35 @@ impl Engine {
             q.state = QpState::Error;
         }
     }
+
+    /// A responder error that ends the connection (docs/spec/responder.md
+    /// §2, §3): the responder QP `bi` moves to ERROR (its receives are
+    /// then flushed by the pass) and `ev` is raised for it. Returns the
+    /// requester's outcome: the NAK's syndrome.
+    pub(super) fn responder_fatal(&mut self, bi: usize, nak: u8, ev: RespEvent) -> Outcome {
+        if let Some(q) = self.qps[bi].as_mut() {
+            if q.state != QpState::Error {
+                q.state = QpState::Error;
+                let qpn = q.qpn;
+                match ev {
+                    RespEvent::Access => self.push_event(AsyncEvent::QpAccessError { qpn }),
+                    RespEvent::Request => self.push_event(AsyncEvent::QpRequestError { qpn }),
+                    RespEvent::None => {}
+                }
+            }
+        }
+        Outcome::Fail(nak)
+    }
+}
+
+/// Which affiliated asynchronous event a responder error raises
+/// (docs/spec/responder.md §3).
+#[derive(Clone, Copy)]
+pub(super) enum RespEvent {
+    /// `IBV_EVENT_QP_ACCESS_ERR`: key, bounds or rights of a region.
+    Access,
+    /// `IBV_EVENT_QP_REQ_ERR`: an operation the QP does not enable.
+    Request,
+    /// None: the error was reported in a receive completion.
+    None,
 }
