@@ -458,7 +458,7 @@ pub const fn status_causes(s: crate::completion::WcStatus) -> &'static str {
         6 => "memory-window bind error",
         7 => "bad response from the peer (unexpected transport opcode)",
         8 => "local access error: the local region lacks LOCAL_WRITE for a receive, RDMA READ result or atomic result",
-        9 => "remote invalid request: the peer does not support the operation, an atomic target is not 8-byte aligned, or the message exceeds the peer's limits",
+        9 => "remote invalid request: the peer QP's access flags do not enable the operation (REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC when it connected), the peer does not support it, an atomic target is not 8-byte aligned, or the message exceeds the peer's limits or its receive buffers",
         10 => "remote access error: the rkey is not valid at the peer (wrong key, memory region deregistered or re-registered, window invalidated), the remote range lies outside the region, or the region or the peer QP lacks the needed REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC access",
         11 => "remote operation error: the peer could not complete the operation (e.g. its receive queue or receive buffer failed)",
         12 => "transport retry count exceeded: the peer did not answer (down, unreachable, wrong GID/LID or GID index, MTU or PSN mismatch, peer QP not in RTR/RTS, or a lossy RoCE fabric)",

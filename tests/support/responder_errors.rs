@@ -190,14 +190,33 @@ pub fn run<B: Backend>(rig: Rig<B>, kind: Kind, case: Case, atomics: bool, name:
     // (docs/spec/responder.md §2).
     let w = wait_wc(&mut cq_a, &mut a, 1, &what);
     assert_eq!(w[0].wr_id, 1, "{what}");
-    let nak = match case {
-        Case::SendTooLarge => WcStatus::REM_INV_REQ_ERR,
+    let nak = match (case, kind) {
+        (Case::SendTooLarge, Kind::Soft) => WcStatus::REM_INV_REQ_ERR,
+        // rxe differs: its copy_data() refuses a message longer than the
+        // receive with -EINVAL, not -ENOSPC, so send_data_in() takes it
+        // for a malformed receive WQE (class A) and NAKs with Remote
+        // Operational Error (seen on Debian's 6.1 kernel; the check is the
+        // same in mainline).
+        (Case::SendTooLarge, _) => WcStatus::REM_OP_ERR,
         _ => WcStatus::REM_ACCESS_ERR,
     };
     match kind {
         Kind::Soft | Kind::Rxe => {
             assert_eq!(w[0].status, nak, "{what}: requester {w:?}");
             assert_eq!(a.state(), QpState::Error, "{what}");
+        }
+        Kind::Siw if case == Case::ReadWithoutRemoteRead => {
+            // siw differs: it does not check the remote-read right of the
+            // region a READ names (seen on Debian's 6.1 kernel): the READ
+            // succeeds, the data arrives, and the connection stays up.
+            assert_eq!(
+                w[0].status,
+                WcStatus::SUCCESS,
+                "{what}: siw now refuses: {w:?}"
+            );
+            assert_eq!(src.as_slice(), target.as_slice(), "{what}");
+            eprintln!("{what}: siw executes a READ of a region without remote read");
+            return;
         }
         Kind::Siw => {
             // iWARP has no NAK: the responder sends a TERMINATE and both
@@ -221,16 +240,26 @@ pub fn run<B: Backend>(rig: Rig<B>, kind: Kind, case: Case, atomics: bool, name:
             // IB spec: a receive too small for the message completes
             // with Local Length Error (mlx5 syndrome 0x01).
             Kind::Soft => assert_eq!(got[0].status, WcStatus::LOC_LEN_ERR, "{what}: {got:?}"),
-            // rxe differs: its class-C path completes the receive with
-            // the status of the NAK it sends (rxe_resp.c: RESPST_ERR_LENGTH
-            // -> do_class_ac_error(.., IB_WC_REM_INV_REQ_ERR) -> do_complete).
-            Kind::Rxe => assert_eq!(got[0].status, WcStatus::REM_INV_REQ_ERR, "{what}: {got:?}"),
-            // siw marks the receive LOC_LEN_ERR (siw_send_check_ntoh);
-            // it may be flushed with the QP instead.
-            Kind::Siw => assert!(
-                [WcStatus::LOC_LEN_ERR, WcStatus::WR_FLUSH_ERR].contains(&got[0].status),
-                "{what}: {got:?}"
-            ),
+            // rxe differs (see the requester's status above): the class-A
+            // path completes the receive with Local QP Operation Error
+            // (rxe_resp.c: RESPST_ERR_MALFORMED_WQE ->
+            // do_class_ac_error(.., IB_WC_LOC_QP_OP_ERR) -> do_complete).
+            Kind::Rxe => assert_eq!(got[0].status, WcStatus::LOC_QP_OP_ERR, "{what}: {got:?}"),
+            // siw marks the receive LOC_LEN_ERR (siw_send_check_ntoh) and
+            // completes it when the stream fails (siw_rdmap_complete, which
+            // may also say GENERAL_ERR); it may be flushed with the QP.
+            Kind::Siw => {
+                eprintln!("{what}: the short receive completed {:?}", got[0].status);
+                assert!(
+                    [
+                        WcStatus::LOC_LEN_ERR,
+                        WcStatus::GENERAL_ERR,
+                        WcStatus::WR_FLUSH_ERR
+                    ]
+                    .contains(&got[0].status),
+                    "{what}: {got:?}"
+                )
+            }
         }
     }
     let last = got[n - 1];
