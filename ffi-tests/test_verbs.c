@@ -8,7 +8,9 @@
  * of 64 WRITEs, a bad rkey reported by rdd_qp_failed_wr, and one-call
  * recovery of both QPs, and a memory window exposed through
  * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
- * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet).
+ * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). On
+ * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
+ * queues to hand to the raw-queue level).
  * Without RXE_DEV/SIW_DEV (a host without RDMA) it prints NOT RUN, unless
  * IN_RDMA_VM=1, where that is a failure.
  */
@@ -82,6 +84,29 @@ static void open_side(rdd_device *dev, rdd_pd *pd, struct side *s)
     MUST(rdd_mr_lkey(s->mr, &s->lkey));
     MUST(rdd_mr_rkey(s->mr, &s->rkey));
     MUST(rdd_qp_query_info(s->qp, &s->info));
+}
+
+/* rdd_qp_mlx5_desc / rdd_cq_mlx5_desc: rxe and siw QPs run on their own
+ * rings (or libibverbs'), not on mlx5 queues, so there is no descriptor
+ * to hand out; the outputs stay untouched. */
+static void check_no_mlx5_desc(struct side *s)
+{
+    rdd_mlx5dv_qp dq, dq0;
+    rdd_mlx5dv_cq dc, dc0;
+    rdd_qp_caps caps, caps0;
+    uint32_t qpn = 7;
+    memset(&dq, 0x11, sizeof dq);
+    memset(&dc, 0x11, sizeof dc);
+    memset(&caps, 0x11, sizeof caps);
+    dq0 = dq;
+    dc0 = dc;
+    caps0 = caps;
+    CHECK_EQ(rdd_qp_mlx5_desc(s->qp, &dq, &caps, &qpn), RDD_STATUS_UNSUPPORTED);
+    CHECK_EQ(rdd_cq_mlx5_desc(s->cq, &dc), RDD_STATUS_UNSUPPORTED);
+    CHECK_EQ(qpn, 7);
+    CHECK(memcmp(&dq, &dq0, sizeof dq) == 0);
+    CHECK(memcmp(&dc, &dc0, sizeof dc) == 0);
+    CHECK(memcmp(&caps, &caps0, sizeof caps) == 0);
 }
 
 static void close_side(struct side *s)
@@ -229,6 +254,7 @@ static void test_rxe(const char *name)
     MUST(rdd_pd_alloc(dev, &pd));
     open_side(dev, pd, &a);
     open_side(dev, pd, &b);
+    check_no_mlx5_desc(&a);
     CHECK(a.info.qpn != b.info.qpn);
     MUST(rdd_qp_connect(a.qp, &b.info, &attr));
     MUST(rdd_qp_connect(b.qp, &a.info, &attr));
@@ -349,6 +375,7 @@ static void test_siw(const char *name)
     MUST(rdd_pd_alloc(dev, &pd));
     open_side(dev, pd, &a);
     open_side(dev, pd, &b);
+    check_no_mlx5_desc(&a);
     CHECK_EQ(rdd_qp_connect(a.qp, &b.info, NULL), RDD_STATUS_UNSUPPORTED);
     close_side(&a);
     close_side(&b);

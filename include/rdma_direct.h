@@ -2828,6 +2828,63 @@ rdd_status rdd_cq_arm(struct rdd_cq *cq,
                       uint32_t flags);
 
 /**
+ * The mlx5 queue descriptor of an object-level QP, for the raw-queue
+ * level: `*out_qp` as `mlx5dv_init_obj(MLX5DV_OBJ_QP)` would describe the
+ * QP (`rdd_mlx5_sq_init`, `rdd_mlx5_rq_init`), `*out_caps` the
+ * capabilities it was created with (`rdd_qp_query_caps`) and `*out_qpn`
+ * its number (the `qpn` of `rdd_mlx5_sq_init`).
+ *
+ * From then on the raw handles own the queues: post and poll them only
+ * through `rdd_mlx5_*`, and no longer with the object level's post,
+ * poll, wait or recover calls on this QP (its control calls, such as
+ * `rdd_qp_connect` and `rdd_qp_destroy`, stay usable). Finalise the raw
+ * handles before `rdd_qp_destroy` frees the queue memory, and initialise
+ * them again after anything that resets the QP (`rdd_qp_connect` from
+ * RESET), which zeroes the device's counters. The queue memory is the
+ * device's: the software device consumes it as a ConnectX NIC would.
+ *
+ * The call uses the QP exclusively and writes the outputs only on
+ * success. Statuses: `NULL_PARAMETER` (`qp` or an output NULL),
+ * `INVALID_HANDLE` (`qp` is not a live QP), `RESOURCE_BUSY` (another
+ * call is using the QP), `UNSUPPORTED` (the QP's backend has no mlx5
+ * queues: the rxe/siw rings and the verbs fallback), `INVALID_QP_STATE`
+ * (something was posted through the object level since the QP was
+ * created or last reset: the raw handles, which start from zero
+ * counters, would not match the device).
+ *
+ * # Safety
+ * `out_qp`, `out_caps` and `out_qpn` are valid for a write of one
+ * `rdd_mlx5dv_qp`, `rdd_qp_caps` and `uint32_t`.
+ */
+rdd_status rdd_qp_mlx5_desc(struct rdd_qp *qp,
+                            struct rdd_mlx5dv_qp *out_qp,
+                            struct rdd_qp_caps *out_caps,
+                            uint32_t *out_qpn);
+
+/**
+ * The mlx5 queue descriptor of an object-level CQ, for the raw-queue
+ * level: `*out` as `mlx5dv_init_obj(MLX5DV_OBJ_CQ)` would describe it
+ * (`rdd_mlx5_cq_init`).
+ *
+ * From then on the raw CQ handle owns the consumer index: poll and arm
+ * the CQ only through `rdd_mlx5_cq_*`, and no longer with `rdd_cq_poll`,
+ * `rdd_cq_poll_n`, `rdd_cq_wait`, `rdd_cq_arm` or `rdd_qp_recover` on a
+ * QP of this CQ. Finalise the raw handle before `rdd_cq_destroy`.
+ *
+ * The call uses the CQ exclusively and writes `*out` only on success.
+ * Statuses: `NULL_PARAMETER` (`cq` or `out` NULL), `INVALID_HANDLE` (`cq` is not
+ * a live CQ), `RESOURCE_BUSY` (another call is using the CQ, or the
+ * object level has already consumed completions from it: the raw handle
+ * starts at consumer index 0), `UNSUPPORTED` (the CQ's backend has no
+ * mlx5 CQ: the rxe/siw rings and the verbs fallback).
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_mlx5dv_cq`.
+ */
+rdd_status rdd_cq_mlx5_desc(struct rdd_cq *cq,
+                            struct rdd_mlx5dv_cq *out);
+
+/**
  * Creates an RC queue pair (in the RESET state) on `pd` whose sends
  * complete on `send_cq` and receives on `recv_cq` (may be the same CQ).
  * All three must belong to one device (`INVALID_ARGUMENT`). `init` may be

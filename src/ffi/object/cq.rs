@@ -12,7 +12,7 @@ use crate::ffi::mlx5::rdd_wc;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues, Wc};
 
-use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
+use super::objects::{CqBudget, CqDesc, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
 use super::table::{excl, insert, shared, Excl, ExclusiveCell};
 use super::types::{rdd_cq, rdd_device, rdd_qp, rdd_qp_init, RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
 use super::{as_handle, check_array, h, put};
@@ -38,6 +38,10 @@ pub unsafe extern "C" fn rdd_cq_create(
         let raw = match d.backend.create_cq(depth) {
             Ok(r) => r,
             Err(e) => return e.into(),
+        };
+        let mlx5_dv = match &raw.path {
+            RawCqPath::Mlx5(dv) => Some(CqDesc(*dv)),
+            RawCqPath::Driver(_) => None,
         };
         let cq = match raw.path {
             // SAFETY: the backend's descriptor names live CQ memory kept
@@ -74,6 +78,7 @@ pub unsafe extern "C" fn rdd_cq_create(
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
             link: Arc::new(()),
             bound: Vec::with_capacity(4),
+            mlx5_dv,
             _keep: raw.keep,
             _dev_link: Arc::clone(&d.link),
         });

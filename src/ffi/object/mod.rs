@@ -53,6 +53,7 @@ mod pd_mr;
 mod cq;
 mod events;
 
+mod mlx5_desc;
 mod qp;
 mod qp_query;
 mod recover;

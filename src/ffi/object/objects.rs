@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::vec::Vec;
 
 use crate::api::{Backend, Headroom, MrKeys};
-use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, WrSlot};
+use crate::provider::mlx5::{CompletionQueue, Mlx5dvCq, Mlx5dvQp, RecvQueue, SendQueue, WrSlot};
 use crate::soft::{Access, SoftDevice};
 use crate::wr::QpCaps;
 
@@ -132,9 +132,28 @@ pub(super) struct CqObj {
     /// `rdd_qp_destroy`, both holding this CQ exclusively): the route of
     /// `rdd_cq_poll_n`.
     pub(super) bound: Vec<BoundQp>,
+    /// The mlx5 descriptor the CQ was made over (`rdd_cq_mlx5_desc`);
+    /// None for a provider-polled CQ.
+    pub(super) mlx5_dv: Option<CqDesc>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
     pub(super) _dev_link: Arc<()>,
 }
+
+/// A QP's mlx5 descriptor, kept for `rdd_qp_mlx5_desc`.
+pub(super) struct QpDesc(pub(super) Mlx5dvQp);
+/// A CQ's mlx5 descriptor, kept for `rdd_cq_mlx5_desc`.
+pub(super) struct CqDesc(pub(super) Mlx5dvCq);
+
+// SAFETY: the descriptors are plain copies of addresses and sizes; the
+// objects never dereference them (the queues built from them do, under
+// their own rules), they only hand the values out.
+unsafe impl Send for QpDesc {}
+// SAFETY: as above.
+unsafe impl Sync for QpDesc {}
+// SAFETY: as above.
+unsafe impl Send for CqDesc {}
+// SAFETY: as above.
+unsafe impl Sync for CqDesc {}
 
 /// A QP that completes on a CQ, as the CQ knows it: its number (what a
 /// CQE names) and its slot, acquired only when a completion for it
@@ -324,6 +343,9 @@ pub(super) struct QpObj {
     // Side tables the queues point into (heap buffers do not move).
     pub(super) _sq_wrid: Vec<WrSlot>,
     pub(super) _rq_wrid: Vec<u64>,
+    /// The mlx5 descriptor the queues were made over (`rdd_qp_mlx5_desc`);
+    /// None for a provider-posted QP.
+    pub(super) mlx5_dv: Option<QpDesc>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
     pub(super) _pd_link: Arc<()>,
     pub(super) _cq_links: Vec<Arc<()>>,

@@ -17,7 +17,7 @@ use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{QpState, RecvQueue, SendQueue, SqConfig, WrSlot};
 
-use super::objects::{CqObj, PdObj, QpImpl, QpObj, QpQueuesOwned};
+use super::objects::{CqObj, PdObj, QpDesc, QpImpl, QpObj, QpQueuesOwned};
 use super::table::{excl, insert, shared, ExclusiveCell};
 use super::types::{rdd_connect_attr, rdd_cq, rdd_pd, rdd_qp, rdd_qp_info, rdd_qp_init};
 use super::types::{RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
@@ -94,6 +94,10 @@ pub unsafe extern "C" fn rdd_qp_create(
         let cfg = SqConfig {
             sig_all: init.flags & RDD_QP_INIT_SIG_ALL != 0,
             ..SqConfig::default()
+        };
+        let mlx5_dv = match &raw.path {
+            RawQpPath::Mlx5(dv) => Some(QpDesc(*dv)),
+            RawQpPath::Driver(_) => None,
         };
         let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
             RawQpPath::Mlx5(dv) => {
@@ -218,6 +222,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             serviced: core::sync::atomic::AtomicBool::new(false),
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
+            mlx5_dv,
             _keep: raw.keep,
             _pd_link: Arc::clone(&p.link),
             _cq_links: cq_links,
