@@ -2837,11 +2837,13 @@ rdd_status rdd_cq_arm(struct rdd_cq *cq,
  * From then on the raw handles own the queues: post and poll them only
  * through `rdd_mlx5_*`, and no longer with the object level's post,
  * poll, wait or recover calls on this QP (its control calls, such as
- * `rdd_qp_connect` and `rdd_qp_destroy`, stay usable). Finalise the raw
- * handles before `rdd_qp_destroy` frees the queue memory, and initialise
- * them again after anything that resets the QP (`rdd_qp_connect` from
- * RESET), which zeroes the device's counters. The queue memory is the
- * device's: the software device consumes it as a ConnectX NIC would.
+ * `rdd_qp_connect`, `rdd_qp_query_*` and `rdd_qp_destroy`, stay usable;
+ * connecting does not reset the counters). A QP that went to ERROR
+ * stays there at the raw level: the C API's only way back to RESET,
+ * `rdd_qp_recover`, drains through the object level's queues, so make a
+ * new QP. Finalise the raw handles before `rdd_qp_destroy` frees the
+ * queue memory. The queue memory is the device's: the software device
+ * consumes it as a ConnectX NIC would.
  *
  * The call uses the QP exclusively and writes the outputs only on
  * success. Statuses: `NULL_PARAMETER` (`qp` or an output NULL),
