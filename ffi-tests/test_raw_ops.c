@@ -773,10 +773,14 @@ static void test_bound_queue_finalised(void)
     MUST(rdd_mlx5_cq_bind(q.cq, q.sq, q.rq));
     MUST(rdd_mlx5_sq_fini(q.sq));
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), -(int32_t)RDD_STATUS_INVALID_HANDLE);
+    /* The one-entry path checks both bound handles too, empty CQ or not. */
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), -(int32_t)RDD_STATUS_INVALID_HANDLE);
     MUST(rdd_mlx5_sq_init(q.sq, &q.f.qp, QPN, &CAPS, 0, q.f.sq_wrid, q.f.geo.sq_wqe_cnt));
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), 0);
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), 0);
     MUST(rdd_mlx5_rq_fini(q.rq));
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), -(int32_t)RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), -(int32_t)RDD_STATUS_INVALID_HANDLE);
     MUST(rdd_mlx5_rq_init(q.rq, &q.f.qp, &CAPS, q.f.rq_wrid, q.f.geo.rq_wqe_cnt));
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 4), 0);
     /* An SQ storage re-used for another kind of handle is not an SQ. */
@@ -811,6 +815,30 @@ static void test_bound_queue_finalised(void)
     queues_fini(&q);
 }
 
+/* The one-entry bound poll (its inline fast path) with a completion
+ * waiting and a finalised bound queue: refused, nothing consumed; the
+ * completion is delivered once the queue is live again. */
+static void test_bound_one_entry_finalised(void)
+{
+    struct queues q;
+    rdd_wc wc[1];
+
+    queues_init(&q, FAKE_DEFAULT_GEO, 0, CAPS);
+    MUST(rdd_mlx5_cq_bind(q.cq, q.sq, q.rq));
+    CHECK_EQ(rdd_mlx5_sq_write(q.sq, 9, LADDR, 8, LKEY, RADDR, RKEY, RDD_SEND_SIGNALED),
+             RDD_STATUS_OK);
+    write_req_cqe(&q.f, 0, QPN, 0);
+    MUST(rdd_mlx5_rq_fini(q.rq));
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), -(int32_t)RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(fake_dbrec_cq_ci(&q.f), 0);
+    MUST(rdd_mlx5_rq_init(q.rq, &q.f.qp, &CAPS, q.f.rq_wrid, q.f.geo.rq_wqe_cnt));
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), 1);
+    CHECK_EQ(wc[0].wr_id, 9);
+    CHECK_EQ(fake_dbrec_cq_ci(&q.f), 1);
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), 0);
+    queues_fini(&q);
+}
+
 int main(void)
 {
     test_write_bytes();
@@ -825,5 +853,6 @@ int main(void)
     test_bind_errors();
     test_poll_bound();
     test_bound_queue_finalised();
+    test_bound_one_entry_finalised();
     return h_finish("test_raw_ops");
 }

@@ -130,6 +130,21 @@ pub(crate) unsafe fn get_again<'a, S: HandleStorage>(
     Ok(unsafe { &mut (*slot).value })
 }
 
+/// Whether `storage`, which passed [`get`] before, still holds a live
+/// handle of its kind: the check of [`get_again`] without making a
+/// reference.
+///
+/// # Safety
+/// `storage` must be non-NULL, aligned for `S` and valid for reads of
+/// `size_of::<S>()` bytes.
+#[inline(always)]
+pub(crate) unsafe fn is_live_again<S: HandleStorage>(storage: *mut S) -> bool {
+    let slot = storage.cast::<Slot<S::Value>>();
+    // SAFETY: as in `get_again`.
+    let magic = unsafe { ptr::read_volatile(ptr::addr_of!((*slot).magic)) };
+    magic == magic_for(storage)
+}
+
 /// Drops the live value in `storage` and zeroes the whole storage.
 ///
 /// # Safety

@@ -24,6 +24,7 @@
 //! instructions (the `abi_poll_bound_*` rows of `scripts/bench.sh`) and
 //! covers every misuse short of freeing or moving the storage.
 
+use core::mem::align_of;
 use core::slice;
 
 use super::check_array;
@@ -143,50 +144,95 @@ pub unsafe extern "C" fn rdd_mlx5_cq_poll_bound(
     n: u32,
 ) -> i32 {
     ffi_boundary!({
-        // SAFETY: caller contract.
-        let queue = match unsafe { handle::get(cq) } {
-            Ok(q) => q,
-            Err(s) => return neg(s),
-        };
-        if n > i32::MAX as u32 {
-            return neg(rdd_status::InvalidArgument);
-        }
-        if let Err(s) = check_array(out.cast_const(), n as usize) {
-            return neg(s);
-        }
-        // SAFETY: `cq` is a live handle (non-NULL, aligned); the binding
-        // lies after the handle's slot, apart from `queue`'s bytes.
-        let b = unsafe { cq_binding(cq).read() };
-        if b.sq.is_null() {
-            return neg(rdd_status::NoSuchObject);
-        }
-        // SAFETY: `rdd_mlx5_cq_bind` checked both pointers (non-NULL,
-        // aligned) and they stay valid while bound (caller contract). The
-        // three references do not alias: each storage holds the magic word
-        // of its own kind (just checked), so they are distinct objects.
-        let (sq, rq) = unsafe {
-            match (handle::get_again(b.sq), handle::get_again(b.rq)) {
-                (Ok(sq), Ok(rq)) => (sq, rq),
-                _ => return neg(rdd_status::InvalidHandle),
+        if n == 1 {
+            // The common one-entry case in straight-line code, without the
+            // frame the loops need; every other case, and every entry the
+            // fast path does not take, goes to `poll_bound_slow`, which
+            // makes the same checks again (they are cheap and pure).
+            // SAFETY: caller contract.
+            if let Ok(queue) = unsafe { handle::get(cq) } {
+                if !out.is_null() && out as usize % align_of::<rdd_wc>() == 0 {
+                    // SAFETY: `cq` is a live handle (non-NULL, aligned);
+                    // the binding lies after the handle's slot, apart from
+                    // `queue`'s bytes.
+                    let b = unsafe { cq_binding(cq).read() };
+                    if !b.sq.is_null() {
+                        // Both bound handles are checked (a finalised one
+                        // is refused by the slow path, as for any `n`);
+                        // only the send queue is used here: the fast path
+                        // takes requester entries alone.
+                        // SAFETY: as in `poll_bound_slow`; the reference
+                        // is the only one into the SQ storage, which is
+                        // not the CQ's (its magic word is an SQ's).
+                        let sq = unsafe { handle::get_again(b.sq) }.ok();
+                        // SAFETY: as in `poll_bound_slow` (a check only).
+                        let rq_live = unsafe { handle::is_live_again(b.rq) };
+                        // SAFETY: `out` is non-NULL and aligned (checked)
+                        // and valid for one write (caller contract);
+                        // `rdd_wc` has the layout of `Wc` (asserted) and
+                        // every bit pattern is a valid `Wc`.
+                        let w = unsafe { &mut *out.cast::<Wc>() };
+                        if let (Some(sq), true) = (sq, rq_live) {
+                            let fast =
+                                queue.poll_one_fast(|qpn| (sq.qpn() == qpn).then_some(sq), w);
+                            if let Some(k) = fast {
+                                // k <= 1.
+                                return k as i32;
+                            }
+                        }
+                    }
+                }
             }
-        };
-        let mut route = SingleQp { sq, rq };
-        let polled = if n == 1 {
-            // One entry: the poller's one-slot path, known at compile time.
-            // SAFETY: `out` is non-NULL, aligned and valid for one write
-            // (checked / caller contract); `rdd_wc` has the layout of `Wc`
-            // (asserted) and every bit pattern is a valid `Wc`.
-            let one = unsafe { &mut *out.cast::<[Wc; 1]>() };
-            queue.poll(&mut route, one)
-        } else {
-            // SAFETY: as above, for `n` entries.
-            let all = unsafe { slice::from_raw_parts_mut(out.cast::<Wc>(), n as usize) };
-            queue.poll(&mut route, all)
-        };
-        match polled {
-            // count <= n <= i32::MAX.
-            Ok(count) => count as i32,
-            Err(e) => neg(e.into()),
         }
+        // SAFETY: caller contract.
+        unsafe { poll_bound_slow(cq, out, n) }
     })
+}
+
+/// Everything [`rdd_mlx5_cq_poll_bound`] does, for the cases its inline
+/// one-entry path leaves: any `n` but 1, a refused argument, an entry
+/// other than a user-signaled successful requester CQE.
+///
+/// # Safety
+/// As for [`rdd_mlx5_cq_poll_bound`].
+#[cold]
+#[inline(never)]
+unsafe fn poll_bound_slow(cq: *mut rdd_mlx5_cq_storage, out: *mut rdd_wc, n: u32) -> i32 {
+    // SAFETY: caller contract.
+    let queue = match unsafe { handle::get(cq) } {
+        Ok(q) => q,
+        Err(s) => return neg(s),
+    };
+    if n > i32::MAX as u32 {
+        return neg(rdd_status::InvalidArgument);
+    }
+    if let Err(s) = check_array(out.cast_const(), n as usize) {
+        return neg(s);
+    }
+    // SAFETY: `cq` is a live handle (non-NULL, aligned); the binding
+    // lies after the handle's slot, apart from `queue`'s bytes.
+    let b = unsafe { cq_binding(cq).read() };
+    if b.sq.is_null() {
+        return neg(rdd_status::NoSuchObject);
+    }
+    // SAFETY: `rdd_mlx5_cq_bind` checked both pointers (non-NULL,
+    // aligned) and they stay valid while bound (caller contract). The
+    // three references do not alias: each storage holds the magic word
+    // of its own kind (just checked), so they are distinct objects.
+    let (sq, rq) = unsafe {
+        match (handle::get_again(b.sq), handle::get_again(b.rq)) {
+            (Ok(sq), Ok(rq)) => (sq, rq),
+            _ => return neg(rdd_status::InvalidHandle),
+        }
+    };
+    let mut route = SingleQp { sq, rq };
+    // SAFETY: `out` is non-NULL, aligned and valid for `n` writes
+    // (checked / caller contract); `rdd_wc` has the layout of `Wc`
+    // (asserted) and every bit pattern is a valid `Wc`.
+    let all = unsafe { slice::from_raw_parts_mut(out.cast::<Wc>(), n as usize) };
+    match queue.poll(&mut route, all) {
+        // count <= n <= i32::MAX.
+        Ok(count) => count as i32,
+        Err(e) => neg(e.into()),
+    }
 }

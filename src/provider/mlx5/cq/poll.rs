@@ -70,6 +70,29 @@ impl CompletionQueue {
     /// checked against the QP's outstanding work before it is used.
     #[inline(always)]
     fn poll_single_sq<R: CqRoute + ?Sized>(&mut self, route: &mut R, w: &mut Wc) -> Option<usize> {
+        self.poll_one_fast(|qpn| route.route(qpn).map(|q| q.sq), w)
+    }
+
+    /// The straight-line part of a one-entry [`CompletionQueue::poll`],
+    /// for callers that keep their own slow path out of line (the C ABI's
+    /// bound poll). `sq_for` maps the CQE's QP number to its send queue,
+    /// or `None` when no queue of that number is known here (only the
+    /// send queue: this path takes requester entries alone).
+    ///
+    /// `Some(n)` when the next CQE was a successful, user-signaled
+    /// requester entry of a QP that `sq_for` knows (`n` = 1, `w` filled,
+    /// the doorbell record written) or the CQ was empty (`n` = 0, the
+    /// record written); `None` with nothing written to `w` and nothing
+    /// changed otherwise, and then a call of [`CompletionQueue::poll`]
+    /// handles the entry exactly as a one-entry poll would have. Each
+    /// CQE field is read once, and the counter is checked against the
+    /// QP's outstanding work before it is used.
+    #[inline(always)]
+    pub fn poll_one_fast<'q>(
+        &mut self,
+        sq_for: impl FnOnce(u32) -> Option<&'q mut SendQueue>,
+        w: &mut Wc,
+    ) -> Option<usize> {
         let ci = self.ci;
         let (mask, shift) = (self.mask, self.size_shift);
         let p = match probe_req(self.cqe64_base.as_ptr(), mask, mask + 1, shift, ci) {
@@ -91,15 +114,15 @@ impl CompletionQueue {
             )
         };
         let qpn = u32::from_be(sdq_raw) & 0x00ff_ffff;
-        let q = route.route(qpn)?;
-        let mut rc = q.sq.retire_cursor();
+        let sq = sq_for(qpn)?;
+        let mut rc = sq.retire_cursor();
         let r = rc.retire(counter)?;
         if !r.user_signaled {
             return None;
         }
         // SAFETY: `p` is the owned CQE64 the entry came from.
         w.set_words(unsafe { Wc::req_words(&r, p, Wc::words_pair(0, qpn)) });
-        q.sq.commit_retire(&rc);
+        sq.commit_retire(&rc);
         let ci = ci.wrapping_add(1);
         self.ci = ci;
         // SAFETY: constructor contract on the CQ doorbell record.
