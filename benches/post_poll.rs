@@ -39,12 +39,13 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 
+use rdma_direct::ffi::mlx5::rdd_rdma_op;
 use rdma_direct::ffi::mlx5::{
     rdd_mlx5_cq_bind, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
     rdd_mlx5_cq_storage, rdd_mlx5_rq_init, rdd_mlx5_rq_storage, rdd_mlx5_sq_init, rdd_mlx5_sq_post,
     rdd_mlx5_sq_post_ring, rdd_mlx5_sq_ring, rdd_mlx5_sq_slot, rdd_mlx5_sq_storage,
-    rdd_mlx5_sq_write, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc, RDD_MLX5_SQ_BF_NEVER,
-    RDD_SEND_DEFER_DOORBELL,
+    rdd_mlx5_sq_write, rdd_mlx5_sq_write_burst, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_wc,
+    RDD_MLX5_SQ_BF_NEVER, RDD_SEND_DEFER_DOORBELL,
 };
 use rdma_direct::ffi::rdd_status;
 use rdma_direct::ffi::wr::{rdd_sge, rdd_wr, RDD_WR_RDMA_WRITE};
@@ -284,6 +285,51 @@ pub fn rdd_abi_op_post_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_sta
     unsafe {
         rdd_mlx5_sq_write(
             sq, d.wr_id, d.laddr, d.len, d.lkey, d.raddr, d.rkey, d.flags,
+        )
+    }
+}
+
+// `WriteDesc` is the C struct `rdd_rdma_op`, field for field: a C program
+// keeps its operations in that struct and hands the array to the burst.
+const _: () = assert!(
+    std::mem::size_of::<WriteDesc>() == std::mem::size_of::<rdd_rdma_op>()
+        && std::mem::offset_of!(WriteDesc, wr_id) == std::mem::offset_of!(rdd_rdma_op, wr_id)
+        && std::mem::offset_of!(WriteDesc, laddr) == std::mem::offset_of!(rdd_rdma_op, laddr)
+        && std::mem::offset_of!(WriteDesc, raddr) == std::mem::offset_of!(rdd_rdma_op, raddr)
+        && std::mem::offset_of!(WriteDesc, len) == std::mem::offset_of!(rdd_rdma_op, length)
+        && std::mem::offset_of!(WriteDesc, lkey) == std::mem::offset_of!(rdd_rdma_op, lkey)
+        && std::mem::offset_of!(WriteDesc, rkey) == std::mem::offset_of!(rdd_rdma_op, rkey)
+        && std::mem::offset_of!(WriteDesc, flags) == std::mem::offset_of!(rdd_rdma_op, flags)
+);
+
+/// Extra: one WR through the burst call (`rdd_mlx5_sq_write_burst` of
+/// one descriptor, ringing the doorbell).
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_burst_1(sq: &mut rdd_mlx5_sq_storage, d: &WriteDesc) -> rdd_status {
+    // SAFETY: a live handle; one readable descriptor (same layout,
+    // asserted above); the SGE is never dereferenced by the fake device.
+    unsafe {
+        rdd_mlx5_sq_write_burst(
+            sq,
+            (d as *const WriteDesc).cast::<rdd_rdma_op>(),
+            1,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// Extra: [`BATCH`] WRs in one burst call and one doorbell.
+#[no_mangle]
+#[inline(never)]
+pub fn rdd_abi_burst_16(sq: &mut rdd_mlx5_sq_storage, ds: &[WriteDesc; BATCH]) -> rdd_status {
+    // SAFETY: as in `rdd_abi_burst_1`, for `BATCH` descriptors.
+    unsafe {
+        rdd_mlx5_sq_write_burst(
+            sq,
+            ds.as_ptr().cast::<rdd_rdma_op>(),
+            BATCH as u32,
+            std::ptr::null_mut(),
         )
     }
 }
@@ -540,6 +586,8 @@ enum Abi {
     PostRing,
     /// `rdd_mlx5_sq_write` (deferred doorbells in a batch).
     Op,
+    /// `rdd_mlx5_sq_write_burst`.
+    Burst,
     /// `rdd_mlx5_cq_poll`.
     Poll,
     /// `rdd_mlx5_cq_poll_bound`.
@@ -616,6 +664,8 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
             (Abi::PostRing, _) => rdd_abi_post_ring_16(black_box(&mut *sq), black_box(&ds)),
             (Abi::Op, 1) => rdd_abi_op_post_1(black_box(&mut *sq), black_box(&ds[0])),
             (Abi::Op, _) => rdd_abi_op_post_16(black_box(&mut *sq), black_box(&ds)),
+            (Abi::Burst, 1) => rdd_abi_burst_1(black_box(&mut *sq), black_box(&ds[0])),
+            (Abi::Burst, _) => rdd_abi_burst_16(black_box(&mut *sq), black_box(&ds)),
             (_, 1) => rdd_abi_post_1(black_box(&mut *sq), black_box(&ds[0])),
             (_, _) => rdd_abi_post_16(black_box(&mut *sq), black_box(&ds)),
         };
@@ -658,6 +708,8 @@ fn bench_abi(bench: &'static str, iters: u64, what: Abi, per: usize) {
         (Abi::PostRing, _) => "rdd_abi_post_ring_16",
         (Abi::Op, 1) => "rdd_abi_op_post_1",
         (Abi::Op, _) => "rdd_abi_op_post_16",
+        (Abi::Burst, 1) => "rdd_abi_burst_1",
+        (Abi::Burst, _) => "rdd_abi_burst_16",
     };
     Report {
         bench,
@@ -769,6 +821,8 @@ fn main() {
         "abi_post_ring_16",
         "abi_op_post_1",
         "abi_op_post_16",
+        "abi_burst_1",
+        "abi_burst_16",
         "abi_poll_bound_1",
         "abi_poll_bound_16",
     ];
@@ -795,6 +849,8 @@ fn main() {
             "abi_post_ring_16" => bench_abi("abi_post_ring_16", iters, Abi::PostRing, BATCH),
             "abi_op_post_1" => bench_abi("abi_op_post_1", iters, Abi::Op, 1),
             "abi_op_post_16" => bench_abi("abi_op_post_16", iters, Abi::Op, BATCH),
+            "abi_burst_1" => bench_abi("abi_burst_1", iters, Abi::Burst, 1),
+            "abi_burst_16" => bench_abi("abi_burst_16", iters, Abi::Burst, BATCH),
             "abi_poll_bound_1" => bench_abi("abi_poll_bound_1", iters, Abi::PollBound, 1),
             "abi_poll_bound_16" => bench_abi("abi_poll_bound_16", iters, Abi::PollBound, BATCH),
             other => {

@@ -1020,6 +1020,43 @@ typedef struct rdd_recv_wr {
 } rdd_recv_wr;
 
 /**
+ * One one-SGE RDMA operation of a burst (`rdd_mlx5_sq_write_burst`,
+ * `rdd_mlx5_sq_read_burst`): 40 bytes, no padding.
+ */
+typedef struct rdd_rdma_op {
+    /**
+     * Returned in the completion.
+     */
+    uint64_t wr_id;
+    /**
+     * Local buffer address (registered memory, key `lkey`).
+     */
+    uint64_t laddr;
+    /**
+     * Remote buffer address (key `rkey`).
+     */
+    uint64_t raddr;
+    /**
+     * Bytes to transfer; 0 is allowed (the WQE has no data segment).
+     */
+    uint32_t length;
+    /**
+     * Local key of `laddr`.
+     */
+    uint32_t lkey;
+    /**
+     * Remote key of `raddr`.
+     */
+    uint32_t rkey;
+    /**
+     * `RDD_SEND_FENCE`, `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`; and
+     * `RDD_SEND_DEFER_DOORBELL`, which counts on the last operation only
+     * (the burst then leaves its WQEs pending for a later doorbell).
+     */
+    uint32_t flags;
+} rdd_rdma_op;
+
+/**
  * Caller-provided storage for a completion-queue handle (same rules as
  * `rdd_mlx5_sq_storage`).
  */
@@ -2277,6 +2314,59 @@ rdd_status rdd_mlx5_rq_recv(struct rdd_mlx5_rq_storage *rq,
  * As for `rdd_mlx5_rq_fini`.
  */
 rdd_status rdd_mlx5_rq_ring(struct rdd_mlx5_rq_storage *rq);
+
+/**
+ * Posts `n` RDMA WRITEs, one per descriptor of `ops[0..n]`, and rings
+ * the doorbell once for them and every WQE still pending: the batch form
+ * of `rdd_mlx5_sq_write` (its rules and its bytes for each descriptor),
+ * with one handle check per call. `n` = 1 takes the queue's one-WQE path
+ * (`ibv_post_send` of one WR); `n` = 0 posts nothing and rings what is
+ * pending.
+ *
+ * Stops at the first refused descriptor: those before it are written
+ * *and rung*, it and those after it are not, and the queue is exactly as
+ * if it had never been passed. Unless `RDD_SEND_DEFER_DOORBELL` is set
+ * on the last descriptor (and all were posted), which leaves the WQEs
+ * pending for a later call or `rdd_mlx5_sq_ring`; the bit is ignored on
+ * the other descriptors.
+ *
+ * `*out_posted` (if `out_posted` is not NULL) receives the number of
+ * descriptors posted, on every status but `NULL_PARAMETER`,
+ * `INVALID_HANDLE` and `INVALID_ARGUMENT`; it is the index of the
+ * refused one when the status is a per-descriptor one.
+ *
+ * Statuses: `OK`; `NULL_PARAMETER` (`sq` or `ops` NULL); `INVALID_HANDLE`
+ * (`sq` is not a live handle); `INVALID_ARGUMENT` (`ops` misaligned);
+ * per descriptor: `INVALID_FLAGS` (a bit outside `RDD_SEND_FENCE`,
+ * `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`),
+ * `TOO_MANY_SGES` (the queue has `max_send_sge` 0), `LENGTH_OVERFLOW`
+ * (`length` of 2^31 or more), `SQ_FULL`, `INVALID_QP_STATE`.
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `ops` points to `n` readable
+ * descriptors; `out_posted` is NULL or valid for a write; each
+ * descriptor's local buffer is registered memory the device may read
+ * until the operation completes.
+ */
+rdd_status rdd_mlx5_sq_write_burst(struct rdd_mlx5_sq_storage *sq,
+                                   const struct rdd_rdma_op *ops,
+                                   uint32_t n,
+                                   uint32_t *out_posted);
+
+/**
+ * Posts `n` RDMA READs (remote `raddr`/`rkey` into local
+ * `laddr`/`lkey`), one per descriptor of `ops[0..n]`, with one doorbell:
+ * the batch form of `rdd_mlx5_sq_read`, with the rules, statuses and
+ * `*out_posted` of `rdd_mlx5_sq_write_burst`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_write_burst`, and each local buffer is memory the
+ * device may write until the operation completes.
+ */
+rdd_status rdd_mlx5_sq_read_burst(struct rdd_mlx5_sq_storage *sq,
+                                  const struct rdd_rdma_op *ops,
+                                  uint32_t n,
+                                  uint32_t *out_posted);
 
 /**
  * Initialises a completion-queue handle in `cq` over the CQ `dv`

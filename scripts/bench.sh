@@ -121,6 +121,8 @@ ROWS=(
 	"abi_post_ring_16|rdd_abi_post_ring_16|-"
 	"abi_op_post_1|rdd_abi_op_post_1|-"
 	"abi_op_post_16|rdd_abi_op_post_16|-"
+	"abi_burst_1|rdd_abi_burst_1|-"
+	"abi_burst_16|rdd_abi_burst_16|-"
 	"abi_poll_bound_1|rdd_abi_poll_bound|-"
 	"abi_poll_bound_16|rdd_abi_poll_bound|-"
 	"obj:write_1|obj_write_1|-"
@@ -311,6 +313,8 @@ LABEL = {
     "abi_post_ring_16": ("C ABI: post_ring, 16 WRs per call (extra)", "instr/WR", None),
     "abi_op_post_1": ("C ABI: per-opcode `rdd_mlx5_sq_write`, 1 WR + doorbell (extra)", "instr/WR", None),
     "abi_op_post_16": ("C ABI: per-opcode, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
+    "abi_burst_1": ("C ABI: `rdd_mlx5_sq_write_burst`, 1 WR + doorbell (extra)", "instr/WR", None),
+    "abi_burst_16": ("C ABI: `rdd_mlx5_sq_write_burst`, 16 WRs + doorbell, per WR (extra)", "instr/WR", None),
     "abi_poll_bound_1": ("C ABI: bound poll, 1 CQE per call (extra)", "instr/CQE", None),
     "abi_poll_bound_16": ("C ABI: bound poll, 16 CQEs per call (extra)", "instr/CQE", None),
     "obj:write_1": ("C object level: per-opcode `rdd_qp_write`, 1 WR + doorbell (extra)", "instr/WR", None),
@@ -364,7 +368,7 @@ for bench, r, c in res:
         else:
             met = f"**no** (+{num(r['ir_op'] - target)})"
             misses.append(f"{label}: {num(r['ir_op'])} > {target}")
-    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post", "abi_op_post", "obj:write")) else "—"
+    ibv = f"{QUOTED_IBV / r['ir_op']:.2f}×" if bench.startswith(("post", "abi_post", "abi_op_post", "abi_burst", "obj:write")) else "—"
     print(f"| {label} | {unit} | {num(r['ir_op'])} | {cval} | {ratio} | {tgt} | {met} "
           f"| {fence_str(r)} | {fence_str(c)} | {ibv} |")
 

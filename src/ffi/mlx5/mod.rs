@@ -22,6 +22,8 @@ mod rq;
 
 mod ops;
 
+mod burst;
+
 mod cq;
 
 mod bound;
@@ -37,6 +39,7 @@ use core::mem::{align_of, size_of};
 use crate::ffi::status::rdd_status;
 
 pub use bound::*;
+pub use burst::*;
 pub use cq::*;
 pub use desc::*;
 pub use ops::*;
