@@ -181,7 +181,8 @@ unsafe fn burst_n(
 /// if it had never been passed. Unless `RDD_SEND_DEFER_DOORBELL` is set
 /// on the last descriptor (and all were posted), which leaves the WQEs
 /// pending for a later call or `rdd_mlx5_sq_ring`; the bit is ignored on
-/// the other descriptors.
+/// the other descriptors. With `n` = 1 a refused descriptor rings
+/// nothing, as the per-opcode call: WQEs deferred before stay pending.
 ///
 /// `*out_posted` (if `out_posted` is not NULL) receives the number of
 /// descriptors posted, on every status but `NULL_PARAMETER`,

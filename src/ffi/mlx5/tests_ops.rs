@@ -333,6 +333,19 @@ fn a_queue_that_refuses_posts_changes_nothing() {
                 "{op:?}"
             );
         }
+        // The bursts, one-operation and batch paths: refused at index 0.
+        let ops = [rdd_rdma_op {
+            length: 8,
+            ..rdd_rdma_op::default()
+        }; 3];
+        for n in [1, 3] {
+            let mut posted = 99;
+            let s = rdd_mlx5_sq_write_burst(&mut *a.sq, ops.as_ptr(), n, &mut posted);
+            assert_eq!((s, posted), (rdd_status::InvalidQpState, 0));
+            posted = 99;
+            let s = rdd_mlx5_sq_read_burst(&mut *a.sq, ops.as_ptr(), n, &mut posted);
+            assert_eq!((s, posted), (rdd_status::InvalidQpState, 0));
+        }
         let s = rdd_mlx5_rq_recv(&mut *a.rq, 1, 0x9000, 8, 1, 0);
         assert_eq!(s, rdd_status::InvalidQpState);
         assert!(a.state() == before);
