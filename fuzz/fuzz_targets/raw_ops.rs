@@ -1,9 +1,12 @@
 //! `raw_ops`: random calls of the per-opcode raw posts
 //! (`rdd_mlx5_sq_write` and friends, `rdd_mlx5_rq_recv`, the
-//! `RDD_SEND_DEFER_DOORBELL` batches) and of the bound poll
+//! `RDD_SEND_DEFER_DOORBELL` batches), of the bursts
+//! (`rdd_mlx5_sq_write_burst`, `_read_burst`) and of the bound poll
 //! (`rdd_mlx5_cq_poll_bound`), each checked against the generic entry
 //! points on a twin queue: `rdd_mlx5_sq_post` (+ `rdd_mlx5_sq_ring` for a
-//! non-deferred call) of the equivalent `rdd_wr`, `rdd_mlx5_rq_post` of the
+//! non-deferred call) of the equivalent `rdd_wr` (for a burst: one per
+//! descriptor up to the first refused one, then the ring the burst owes),
+//! `rdd_mlx5_rq_post` of the
 //! equivalent `rdd_recv_wr`, `rdd_mlx5_cq_poll` with the three handles.
 //!
 //! Input (read with `rdma_direct_fuzz::Bytes`; missing bytes read as 0):
@@ -17,10 +20,10 @@
 //! rsge     u8   max_recv_sge = rsge % 3 (RQ stride 32)
 //! seed     u8   fill pattern of the QP buffer, register and payload pool
 //! ops...        until the input ends (at most MAX_OPS):
-//!   op u8 % 16: 0..=8 that per-opcode send, 9 a receive, 10 rdd_mlx5_sq_ring,
+//!   op u8 % 17: 0..=8 that per-opcode send, 9 a receive, 10 rdd_mlx5_sq_ring,
 //!               11 rdd_mlx5_rq_ring, 12 a send CQE + poll, 13 a receive
 //!               CQE + poll, 14 re-initialise SQ and RQ, 15 a send of
-//!               kind u8 % 9
+//!               kind u8 % 9, 16 a burst
 //! send:   fsel u8   bit 7: raw u32 flags follow; else bit 0 FENCE, 1 SIGNALED,
 //!                   2 SOLICITED, 3 INLINE, 4 DEFER_DOORBELL, 5 bit 0x10 (bad)
 //!         wr_id u64, laddr u64, length (send::read_len), lkey u32,
@@ -30,6 +33,10 @@
 //!         length cut to fit the pool)
 //! recv:   fsel u8 (bit 0 DEFER_DOORBELL, bit 1 a bad bit), wr_id u64,
 //!         laddr u64, length (send::read_len), lkey u32
+//! burst:  sel u8 (bit 0: READs, else WRITEs; bit 1: `ops` NULL; bit 2:
+//!         `ops` misaligned), n u8 % 21, then n sends of that kind (as
+//!         above, each descriptor its flags, wr_id, laddr, length, lkey,
+//!         raddr, rkey)
 //! CQE:    pick u8 (which outstanding WQE / the next receive), status u8
 //!         (< 0xc0 success, else an error syndrome), n u8 (poll n % 5)
 //! ```
@@ -40,7 +47,9 @@
 //! byte-identical (QP buffer with both rings and the GUARD bytes after the
 //! SQ, both side tables, the doorbell records, the register, the CQ
 //! buffer); a refused per-opcode call changed no byte; a call with flag
-//! bits outside its set is `INVALID_FLAGS`.
+//! bits outside its set is `INVALID_FLAGS`; a burst's `*out_posted` is the
+//! number of descriptors the twin posted (untouched on a NULL or
+//! misaligned array, which changes no byte).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -48,15 +57,15 @@ use rdma_direct::ffi::{
     rdd_mlx5_cq_bind, rdd_mlx5_cq_fini, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
     rdd_mlx5_cq_storage, rdd_mlx5_rq_fini, rdd_mlx5_rq_init, rdd_mlx5_rq_post, rdd_mlx5_rq_recv,
     rdd_mlx5_rq_ring, rdd_mlx5_rq_storage, rdd_mlx5_sq_cmp_swap, rdd_mlx5_sq_fetch_add,
-    rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_read, rdd_mlx5_sq_ring,
-    rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm, rdd_mlx5_sq_send_inline, rdd_mlx5_sq_slot,
-    rdd_mlx5_sq_storage, rdd_mlx5_sq_write, rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline,
-    rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr,
-    RDD_MLX5_SQ_BF_INLINE_ONLY, RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER,
-    RDD_MLX5_SQ_SIG_ALL, RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE,
-    RDD_SEND_SIGNALED, RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD,
-    RDD_WR_RDMA_READ, RDD_WR_RDMA_WRITE, RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND,
-    RDD_WR_SEND_WITH_IMM,
+    rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_read, rdd_mlx5_sq_read_burst,
+    rdd_mlx5_sq_ring, rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm, rdd_mlx5_sq_send_inline,
+    rdd_mlx5_sq_slot, rdd_mlx5_sq_storage, rdd_mlx5_sq_write, rdd_mlx5_sq_write_burst,
+    rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps,
+    rdd_rdma_op, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr, RDD_MLX5_SQ_BF_INLINE_ONLY,
+    RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER, RDD_MLX5_SQ_SIG_ALL,
+    RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE, RDD_SEND_SIGNALED,
+    RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD, RDD_WR_RDMA_READ,
+    RDD_WR_RDMA_WRITE, RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND, RDD_WR_SEND_WITH_IMM,
 };
 use rdma_direct::testutil::{FakeGeometry, FakeMlx5};
 use rdma_direct_fuzz::send;
@@ -64,6 +73,8 @@ use rdma_direct_fuzz::{pattern, Bytes};
 use std::collections::VecDeque;
 use std::ffi::c_void;
 
+/// Most descriptors of one burst.
+const MAX_BURST: u8 = 20;
 /// Upper bound on operations per input.
 const MAX_OPS: usize = 512;
 /// Bytes of the inline payload pool.
@@ -440,6 +451,95 @@ impl Harness {
         self.check_twins("send");
     }
 
+    /// A burst on A; on B the same descriptors through `rdd_mlx5_sq_post`
+    /// up to the first refused one, then `rdd_mlx5_sq_ring` unless the
+    /// burst owes no doorbell (all posted and the last defers, or `n` = 1
+    /// refused, which rings nothing as the per-opcode call).
+    fn burst(&mut self, r: &mut Bytes<'_>, pool: &[u8]) {
+        let sel = r.u8();
+        let n = r.u8() % (MAX_BURST + 1);
+        let kind = if sel & 1 != 0 {
+            Kind::Read
+        } else {
+            Kind::Write
+        };
+        let calls: Vec<SendCall> = (0..n).map(|_| read_send(r, kind, pool)).collect();
+        let ops: Vec<rdd_rdma_op> = calls
+            .iter()
+            .map(|c| rdd_rdma_op {
+                wr_id: c.wr_id,
+                laddr: c.laddr,
+                raddr: c.raddr,
+                length: c.length,
+                lkey: c.lkey,
+                rkey: c.rkey,
+                flags: c.flags,
+            })
+            .collect();
+        let f = match kind {
+            Kind::Read => rdd_mlx5_sq_read_burst,
+            _ => rdd_mlx5_sq_write_burst,
+        };
+        let before = self.a.memory();
+        let mut posted = u32::MAX;
+        if sel & 6 != 0 {
+            // Never dereferenced: the array is refused first.
+            let (p, want) = if sel & 2 != 0 {
+                (std::ptr::null(), rdd_status::NullParameter)
+            } else {
+                let p = ops.as_ptr().cast::<u8>().wrapping_add(4);
+                (p.cast::<rdd_rdma_op>(), rdd_status::InvalidArgument)
+            };
+            // SAFETY: a live handle; the array is refused unread.
+            let got = unsafe { f(self.a.sq, p, n as u32, &mut posted) };
+            assert_eq!((got, posted), (want, u32::MAX), "burst array {sel:#x}");
+            assert!(self.a.memory() == before, "refused burst wrote");
+            return;
+        }
+        // SAFETY: a live handle, `n` descriptors; no SGE is dereferenced.
+        let got = unsafe { f(self.a.sq, ops.as_ptr(), n as u32, &mut posted) };
+        let mut want = rdd_status::Ok;
+        let mut k = 0u32;
+        for c in &calls {
+            if c.flags & !SEND_FLAGS != 0 {
+                want = rdd_status::InvalidFlags;
+                break;
+            }
+            let deferred = SendCall {
+                flags: c.flags | RDD_SEND_DEFER_DOORBELL,
+                ..*c
+            };
+            // SAFETY: a live handle; no SGE is dereferenced.
+            want = unsafe { post_equivalent(self.b.sq, &deferred) };
+            if want != rdd_status::Ok {
+                break;
+            }
+            let start = self.pi;
+            let slot = self.a.f.sq_wrid[(start & (self.wqe_cnt - 1)) as usize];
+            assert_eq!(
+                (slot.start, slot.wr_id),
+                (start as u16, c.wr_id),
+                "burst slot"
+            );
+            self.pi = slot.end;
+            self.pending.push(start);
+            k += 1;
+        }
+        assert_eq!((got, posted), (want, k), "burst of {n} {kind:?}: {calls:?}");
+        let defer = want == rdd_status::Ok
+            && calls
+                .last()
+                .is_some_and(|c| c.flags & RDD_SEND_DEFER_DOORBELL != 0);
+        if !defer && !(n == 1 && want != rdd_status::Ok) {
+            // SAFETY: a live handle.
+            assert_eq!(unsafe { rdd_mlx5_sq_ring(self.b.sq) }, rdd_status::Ok);
+            self.rung.extend(self.pending.drain(..));
+        } else if k == 0 {
+            assert!(self.a.memory() == before, "refused burst ({got:?}) wrote");
+        }
+        self.check_twins("burst");
+    }
+
     fn recv(&mut self, r: &mut Bytes<'_>) {
         let fsel = r.u8();
         let mut flags = if fsel & 1 != 0 {
@@ -689,7 +789,7 @@ fuzz_target!(|data: &[u8]| {
     let mut ops = 0;
     while !r.is_empty() && ops < MAX_OPS {
         ops += 1;
-        match r.u8() % 16 {
+        match r.u8() % 17 {
             k @ 0..=8 => {
                 let c = read_send(&mut r, KINDS[k as usize], &pool);
                 h.send(c);
@@ -700,6 +800,7 @@ fuzz_target!(|data: &[u8]| {
             12 => h.send_cqe(&mut r),
             13 => h.recv_cqe(&mut r),
             14 => h.reinit(flags, &caps),
+            16 => h.burst(&mut r, &pool),
             _ => {
                 let k = r.u8() % 9;
                 let c = read_send(&mut r, KINDS[k as usize], &pool);

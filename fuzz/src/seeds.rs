@@ -520,7 +520,7 @@ fn cqe_seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
-/// Op codes of `raw_ops` (the op byte is taken modulo 16; 0..=8 are the
+/// Op codes of `raw_ops` (the op byte is taken modulo 17; 0..=8 are the
 /// nine per-opcode sends in the target's `KINDS` order).
 mod raw_op {
     pub const WRITE: u8 = 0;
@@ -538,6 +538,14 @@ mod raw_op {
     pub const SEND_CQE: u8 = 12;
     pub const RECV_CQE: u8 = 13;
     pub const REINIT: u8 = 14;
+    pub const BURST: u8 = 16;
+}
+
+/// `raw_ops` burst selector bits.
+mod raw_burst {
+    pub const READ: u8 = 0x01;
+    pub const NULL: u8 = 0x02;
+    pub const MISALIGNED: u8 = 0x04;
 }
 
 /// `raw_ops` flag selector bits (below 0x80).
@@ -561,8 +569,21 @@ fn raw_send(
     aligned: bool,
     null: bool,
 ) {
-    w.u8(op)
-        .u8(fsel)
+    w.u8(op);
+    raw_fields(w, op, fsel, wr_id, len, aligned, null);
+}
+
+/// The fields of a `raw_ops` send of opcode `op` (also a burst descriptor).
+fn raw_fields(
+    w: &mut SeedWriter,
+    op: u8,
+    fsel: u8,
+    wr_id: u64,
+    len: &[u8],
+    aligned: bool,
+    null: bool,
+) {
+    w.u8(fsel)
         .u64(wr_id)
         .u64(0x7f5a_3c00_3000)
         .bytes(len)
@@ -575,6 +596,20 @@ fn raw_send(
     w.u8(0).u32(0x0bad_cafe).u32(0xdead_beef).u64(3).u64(4);
     if op == raw_op::WRITE_INLINE || op == raw_op::SEND_INLINE {
         w.u8(if null { 0 } else { 1 }).u16(0);
+    }
+}
+
+/// A `raw_ops` burst: `sel` (raw_burst bits), then one descriptor per
+/// (flag selector, read_len code) pair, wr_ids from `id`.
+fn raw_burst(w: &mut SeedWriter, sel: u8, id: u64, descs: &[(u8, &[u8])]) {
+    let op = if sel & raw_burst::READ != 0 {
+        raw_op::READ
+    } else {
+        raw_op::WRITE
+    };
+    w.u8(raw_op::BURST).u8(sel).u8(descs.len() as u8);
+    for (i, &(fsel, len)) in descs.iter().enumerate() {
+        raw_fields(w, op, fsel, id + i as u64, len, true, false);
     }
 }
 
@@ -760,6 +795,104 @@ fn raw_seeds() -> Vec<(&'static str, Vec<u8>)> {
     raw_recv(&mut w, 1, 6, &[1]);
     w.u8(raw_op::RING_RQ);
     out.push(("errors_reinit", w.finish()));
+
+    // Bursts on a 64-BB ring: 16 WRITEs of mixed flags and lengths (0, 8,
+    // 40, a DEFER in the middle), completed; then (a seed of its own) a
+    // one-READ burst, n = 0 after deferred sends, a burst left pending by
+    // its last descriptor.
+    let mut w = SeedWriter::new();
+    w.u8(6).u8(3).u8(4).u8(60).u8(2).u8(0x55);
+    let flags = [
+        0,
+        raw_flag::SIGNALED,
+        raw_flag::FENCE,
+        raw_flag::DEFER,
+        0x04, // SOLICITED
+        raw_flag::SIGNALED | raw_flag::FENCE,
+    ];
+    let lens: [&[u8]; 4] = [&[1], &[0], &[8], &[3, 40]];
+    let descs: Vec<(u8, &[u8])> = (0..16)
+        .map(|i| (flags[i % 6], lens[i % 4]))
+        .chain([(raw_flag::SIGNALED, &[1u8][..])])
+        .skip(1)
+        .collect();
+    raw_burst(&mut w, 0, 1, &descs);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 15, 0, 4);
+    out.push(("burst16", w.finish()));
+    let mut w = SeedWriter::new();
+    w.u8(6).u8(3).u8(4).u8(60).u8(2).u8(0x55);
+    raw_burst(
+        &mut w,
+        raw_burst::READ,
+        20,
+        &[(raw_flag::SIGNALED, &[3, 64])],
+    );
+    raw_cqe(&mut w, raw_op::SEND_CQE, 0, 0, 1);
+    for i in 0..2u64 {
+        raw_send(
+            &mut w,
+            raw_op::SEND,
+            raw_flag::DEFER,
+            30 + i,
+            &[1],
+            true,
+            false,
+        );
+    }
+    raw_burst(&mut w, 0, 40, &[]);
+    raw_burst(
+        &mut w,
+        raw_burst::READ,
+        50,
+        &[(0, &[1]), (raw_flag::SIGNALED | raw_flag::DEFER, &[8])],
+    );
+    w.u8(raw_op::RING_SQ);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 3, 0, 4);
+    out.push(("bursts", w.finish()));
+
+    // Burst refusals on an 8-BB ring: a bad flag bit, INLINE, a length of
+    // 2^31 mid-burst (the ones before posted and rung), a NULL and a
+    // misaligned array, a refused one-descriptor burst after a deferred
+    // send (which stays pending for the ring).
+    let mut w = SeedWriter::new();
+    w.u8(3).u8(1).u8(1).u8(16).u8(1).u8(0x66);
+    raw_burst(&mut w, 0, 1, &[(0, &[1]), (raw_flag::BAD, &[1]), (0, &[1])]);
+    raw_burst(&mut w, raw_burst::READ, 4, &[(raw_flag::INLINE, &[1])]);
+    raw_burst(&mut w, 0, 5, &[(0, &[1]), (0, &[9]), (0, &[1])]);
+    raw_burst(&mut w, raw_burst::NULL, 8, &[(0, &[1])]);
+    raw_burst(&mut w, raw_burst::NULL, 9, &[]);
+    raw_burst(&mut w, raw_burst::MISALIGNED, 10, &[(0, &[1]), (0, &[1])]);
+    raw_send(&mut w, raw_op::SEND, raw_flag::DEFER, 11, &[1], true, false);
+    raw_burst(&mut w, 0, 12, &[(raw_flag::BAD | raw_flag::DEFER, &[1])]);
+    w.u8(raw_op::RING_SQ);
+    out.push(("burst_refusals", w.finish()));
+
+    // SQ_FULL mid-burst on a fresh 8-BB ring (eight posted and rung), then
+    // a burst after a completion frees room.
+    let mut w = SeedWriter::new();
+    w.u8(3).u8(1).u8(1).u8(16).u8(1).u8(0x68);
+    let full: Vec<(u8, &[u8])> = (0..9).map(|_| (0, &[1u8][..])).collect();
+    raw_burst(&mut w, 0, 20, &full);
+    raw_cqe(&mut w, raw_op::SEND_CQE, 2, 0, 4);
+    raw_burst(&mut w, raw_burst::READ, 30, &full[..3]);
+    out.push(("burst_full", w.finish()));
+
+    // A queue without SGEs: every burst descriptor is TOO_MANY_SGES.
+    let mut w = SeedWriter::new();
+    w.u8(4).u8(1).u8(0).u8(60).u8(1).u8(0x77);
+    raw_burst(&mut w, 0, 1, &[(0, &[1]), (0, &[0])]);
+    raw_burst(&mut w, raw_burst::READ, 3, &[(raw_flag::SIGNALED, &[0])]);
+    raw_send(
+        &mut w,
+        raw_op::WRITE_INLINE,
+        raw_flag::SIGNALED,
+        4,
+        &[3, 8],
+        true,
+        false,
+    );
+    raw_burst(&mut w, 0, 5, &[]);
+    out.push(("burst_no_sge", w.finish()));
     out
 }
 
