@@ -453,8 +453,8 @@ impl Harness {
 
     /// A burst on A; on B the same descriptors through `rdd_mlx5_sq_post`
     /// up to the first refused one, then `rdd_mlx5_sq_ring` unless the
-    /// burst owes no doorbell (all posted and the last defers, or `n` = 1
-    /// refused, which rings nothing as the per-opcode call).
+    /// burst owes no doorbell (all posted and the last defers; a refused
+    /// descriptor, at any index and for any `n`, rings what is pending).
     fn burst(&mut self, r: &mut Bytes<'_>, pool: &[u8]) {
         let sel = r.u8();
         let n = r.u8() % (MAX_BURST + 1);
@@ -530,7 +530,7 @@ impl Harness {
             && calls
                 .last()
                 .is_some_and(|c| c.flags & RDD_SEND_DEFER_DOORBELL != 0);
-        if !defer && !(n == 1 && want != rdd_status::Ok) {
+        if !defer {
             // SAFETY: a live handle.
             assert_eq!(unsafe { rdd_mlx5_sq_ring(self.b.sq) }, rdd_status::Ok);
             self.rung.extend(self.pending.drain(..));

@@ -109,6 +109,10 @@ unsafe fn burst(
         }
     };
     let posted = (status == rdd_status::Ok) as u32;
+    if posted == 0 {
+        // As a refusal in a longer burst: what was pending is rung.
+        queue.ring();
+    }
     if !out_posted.is_null() {
         // SAFETY: non-NULL, valid for a write (caller contract).
         unsafe { out_posted.write_unaligned(posted) };
@@ -181,8 +185,9 @@ unsafe fn burst_n(
 /// if it had never been passed. Unless `RDD_SEND_DEFER_DOORBELL` is set
 /// on the last descriptor (and all were posted), which leaves the WQEs
 /// pending for a later call or `rdd_mlx5_sq_ring`; the bit is ignored on
-/// the other descriptors. With `n` = 1 a refused descriptor rings
-/// nothing, as the per-opcode call: WQEs deferred before stay pending.
+/// the other descriptors. A refused first descriptor (any `n`) rings
+/// what was pending before the call; the per-opcode calls leave it
+/// pending instead.
 ///
 /// `*out_posted` (if `out_posted` is not NULL) receives the number of
 /// descriptors posted, on every status but `NULL_PARAMETER`,
