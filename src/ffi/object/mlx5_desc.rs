@@ -2,7 +2,7 @@
 //! `rdd_cq_mlx5_desc` hand out the mlx5 queue descriptors of a QP or CQ
 //! the library created, so that `rdd_mlx5_*` drives a software-device QP
 //! exactly as it drives a ConnectX queue described by `mlx5dv_init_obj`
-//! (docs/c-api.md, "The raw-queue level on object-level queues").
+//! (docs/c-api-raw.md, "The raw-queue level on object-level queues").
 //!
 //! Who owns what after the hand-over: the raw handles the caller builds
 //! over the descriptors own the queue counters (the SQ producer, the RQ
