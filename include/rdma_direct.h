@@ -3397,13 +3397,18 @@ rdd_status rdd_qp_recv(struct rdd_qp *qp,
  * `RDD_SEND_DEFER_DOORBELL` since the last doorbell: one send doorbell
  * for all the deferred sends (the `ibv_wr_complete` of a batch begun with
  * the first deferred post) and the receive doorbell record for the
- * deferred receives. Nothing pending: nothing happens. On a kernel device
- * nothing is ever deferred, so it does nothing.
+ * deferred receives. Nothing pending: nothing happens. On a kernel
+ * device's direct rxe/siw rings, one provider doorbell (the empty
+ * `POST_SEND` system call; on siw only when its transmitter may be idle)
+ * for the deferred sends; receives there are never deferred. On the
+ * libibverbs fallback nothing is ever deferred, so it does nothing.
  *
  * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
  * `rdd_qp_write`); `CQ_FULL` when the send CQ is unguarded and has no
  * entry left for the completion the signalling guard may add at this
- * doorbell: nothing is rung then; poll the CQ and ring again.
+ * doorbell: nothing is rung then; poll the CQ and ring again; on a kernel
+ * device `PROVIDER_ERROR` when the system call fails (the WRs stay
+ * pending; ring again).
  */
 rdd_status rdd_qp_ring(struct rdd_qp *qp);
 

@@ -21,6 +21,30 @@ use super::{Access, AsyncEvent, QpInit, QpModify, QpState, Wc};
 pub trait QpDriver: Send {
     /// Posts send WRs, batching them into as few provider calls as it can.
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError>;
+    /// Posts send WRs as [`QpDriver::post_send`] does (same validation,
+    /// same stopping rule, same errors; they count as outstanding at
+    /// once), but may leave the provider's doorbell for later: a driver
+    /// that can defer writes them into its queue and makes no provider
+    /// call, and the next [`QpDriver::ring`] or `post_send` (and
+    /// [`QpDriver::post_drain_marker`]) makes one for all of them, in
+    /// posting order. The default posts and rings at once, so on a driver
+    /// that cannot defer this is only a batching hint.
+    fn post_send_deferred(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        self.post_send(wrs)
+    }
+    /// Rings for every WR posted with [`QpDriver::post_send_deferred`]
+    /// since the last doorbell, in one provider call. `Ok(true)` if it
+    /// made one, `Ok(false)` if nothing was pending (nothing happens). On
+    /// an error the WRs stay pending and the next ring or post retries.
+    /// The default has nothing to ring.
+    fn ring(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+    /// Send WRs deferred and not yet rung (0 for a driver that cannot
+    /// defer, the default).
+    fn deferred(&self) -> u32 {
+        0
+    }
     /// Posts receive WRs.
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
     /// Send WRs that can be posted now without overflowing the SQ.

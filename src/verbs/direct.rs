@@ -66,6 +66,31 @@ impl SendRing {
             }
         }
     }
+    /// # Safety
+    /// As the codecs' `post_deferred`.
+    unsafe fn post_deferred(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                SendRing::Rxe(q) => q.post_deferred(wrs).map(drop),
+                SendRing::Siw(q) => q.post_deferred(wrs).map(drop),
+            }
+        }
+    }
+    /// Ends a deferred batch (rxe: the producer store; siw: the doorbell
+    /// decision); returns how many WRs it covered.
+    fn publish(&mut self) -> u32 {
+        match self {
+            SendRing::Rxe(q) => q.publish(),
+            SendRing::Siw(q) => q.publish(),
+        }
+    }
+    fn deferred(&self) -> u32 {
+        match self {
+            SendRing::Rxe(q) => q.deferred(),
+            SendRing::Siw(q) => q.deferred(),
+        }
+    }
     fn take_doorbell(&mut self) -> bool {
         match self {
             SendRing::Rxe(q) => q.take_doorbell(),
@@ -124,6 +149,9 @@ pub(crate) struct DirectQp {
     atomics: bool,
     /// Unsignaled sends since the last signaled one.
     unsignaled: u64,
+    /// A doorbell for deferred WRs failed: the next ring or post rings
+    /// again, so they are not left waiting.
+    ring_owed: bool,
 }
 
 impl DirectQp {
@@ -145,6 +173,7 @@ impl DirectQp {
             track,
             atomics,
             unsignaled: 0,
+            ring_owed: false,
         };
         q.state_changed(QpState::Reset);
         q
@@ -156,19 +185,23 @@ impl DirectQp {
     }
 
     /// Rings the doorbell (after WRs were published).
-    fn ring(&self) -> Result<()> {
+    fn doorbell(&self) -> Result<()> {
         self.qp.doorbell()
     }
 }
 
 impl DirectQp {
     /// Posts send WRs; with `marker`, each is recorded as a drain marker
-    /// (only ever one, from [`QpDriver::post_drain_marker`]).
+    /// (only ever one, from [`QpDriver::post_drain_marker`]). With `defer`
+    /// they are written into the ring without the doorbell (rxe: without
+    /// the producer store either), which [`QpDriver::ring`] or the next
+    /// post without `defer` gives them and every WR deferred before.
     #[inline(always)]
     fn send_list(
         &mut self,
         wrs: &[SendWr<'_>],
         marker: bool,
+        defer: bool,
     ) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32) {
@@ -217,10 +250,19 @@ impl DirectQp {
                 // (checked by the kernel against its MR table, lkey, PD
                 // and access, before any access); inline payloads are the
                 // caller's slices, copied into the WQE before return.
-                match unsafe { self.sq.post(&buf[..n]) } {
+                let posted = unsafe {
+                    if defer {
+                        self.sq.post_deferred(&buf[..n]).map(|()| false)
+                    } else {
+                        self.sq.post(&buf[..n])
+                    }
+                };
+                match posted {
                     Ok(doorbell) => {
+                        // A failed doorbell of deferred WRs is owed too.
+                        let doorbell = doorbell | (!defer && core::mem::take(&mut self.ring_owed));
                         if doorbell {
-                            if let Err(e) = self.ring() {
+                            if let Err(e) = self.doorbell() {
                                 // Published but not rung: the kernel may
                                 // still run or flush them. Their
                                 // completions (if any) are retired
@@ -258,8 +300,9 @@ impl DirectQp {
                                 u + 1
                             }
                         });
-                        let rung = if self.sq.take_doorbell() {
-                            self.ring()
+                        // Deferred: nothing is rung (the batch goes on).
+                        let rung = if !defer && self.sq.take_doorbell() {
+                            self.doorbell()
                         } else {
                             Ok(())
                         };
@@ -283,7 +326,30 @@ impl DirectQp {
 
 impl QpDriver for DirectQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        self.send_list(wrs, false)
+        self.send_list(wrs, false, false)
+    }
+
+    fn post_send_deferred(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        self.send_list(wrs, false, true)
+    }
+
+    fn ring(&mut self) -> Result<bool> {
+        // rxe: one producer store for the batch; siw: one doorbell
+        // decision (docs/spec/siw.md §4). Then at most one system call.
+        let covered = self.sq.publish();
+        let owed = self.sq.take_doorbell() | core::mem::take(&mut self.ring_owed);
+        if owed {
+            if let Err(e) = self.doorbell() {
+                // Published and counted outstanding: ring again next time.
+                self.ring_owed = true;
+                return Err(e);
+            }
+        }
+        Ok(covered != 0 || owed)
+    }
+
+    fn deferred(&self) -> u32 {
+        self.sq.deferred()
     }
 
     fn post_drain_marker(&mut self) -> Result<bool> {
@@ -303,7 +369,9 @@ impl QpDriver for DirectQp {
         }
         // rxe flushes every WQE of its ring in ERROR, in order.
         let wr = super::path::drain_marker_wr();
-        self.send_list(core::slice::from_ref(&wr), true)
+        // Not deferred: it publishes and rings every WR deferred before it,
+        // so the kernel flushes them in order ahead of it.
+        self.send_list(core::slice::from_ref(&wr), true, false)
             .map_err(|e| e.error)?;
         Ok(true)
     }
@@ -387,10 +455,14 @@ impl QpDriver for DirectQp {
                 // engine has picked up; after a dropped connection the rest
                 // stay in the ring for good. Take them back and have the
                 // poller report them flushed, so no WR is lost.
+                // Deferred SQEs are VALID already (docs/spec/siw.md §3), so
+                // they are taken back with the rest.
                 let mut seqs = std::vec::Vec::new();
                 q.reclaim(|id| seqs.push(id));
                 seqs.sort_unstable();
                 self.track.add_stranded(&seqs);
+                q.forget_deferred();
+                self.ring_owed = false;
             }
         }
         // The codecs refuse what the state forbids; ERROR still takes WRs
@@ -412,8 +484,11 @@ impl QpDriver for DirectQp {
             // The kernel emptied the queues (rxe zeroes both indices).
             self.track.reset();
             self.unsignaled = 0;
-            if let SendRing::Rxe(q) = &mut self.sq {
-                q.resync();
+            self.ring_owed = false;
+            match &mut self.sq {
+                // Deferred WQEs are dropped with the rest.
+                SendRing::Rxe(q) => q.resync(),
+                SendRing::Siw(q) => q.forget_deferred(),
             }
             if let Some(RecvRing::Rxe(q)) = &mut self.rq {
                 q.resync();

@@ -108,7 +108,7 @@ unsafe fn send_cold(q: &mut QpObj, wr: SendWr<'_>, defer: bool) -> rdd_status {
         return unsafe { send_metered(q, &wr, defer) };
     }
     match q.q.get_mut() {
-        QpImpl::Driver(p) => send_driver(&mut **p, &wr, None, &mut q.doorbells),
+        QpImpl::Driver(p) => send_driver(&mut **p, &wr, None, defer, &mut q.doorbells),
         // Not reached (the hot path takes unmetered mlx5 QPs).
         // SAFETY: as in `send_op`.
         QpImpl::Mlx5(o) => match unsafe { o.sq.post_one(&wr) } {
@@ -132,7 +132,7 @@ unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_statu
     let b = Arc::clone(&q.send_budget);
     let o = match q.q.get_mut() {
         QpImpl::Mlx5(o) => o,
-        QpImpl::Driver(p) => return send_driver(&mut **p, wr, Some(&b), &mut q.doorbells),
+        QpImpl::Driver(p) => return send_driver(&mut **p, wr, Some(&b), defer, &mut q.doorbells),
     };
     let signaled = u64::from(wr.flags.contains(SendFlags::SIGNALED));
     let spare = b.headroom.reserve(1);
@@ -169,17 +169,27 @@ unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_statu
 }
 
 /// One send WR on a provider-posted QP (the direct rxe/siw rings, the
-/// verbs fallback): posted and rung at once, deferral bit or not (the
-/// providers have no deferral), with the headroom check of
-/// `rdd_qp_post_send` when `meter` is the unguarded send CQ's account.
+/// verbs fallback), with the headroom check of `rdd_qp_post_send` when
+/// `meter` is the unguarded send CQ's account. With `defer` it goes to
+/// `QpDriver::post_send_deferred`: the direct rings write it and leave the
+/// doorbell to a later call without the bit or `rdd_qp_ring`; the verbs
+/// fallback posts it at once (the trait's default). Without, the provider
+/// posts it and rings for it and every WR deferred before it. `doorbells`
+/// counts provider calls that ring: posts without `defer`, and deferred
+/// posts on a driver that cannot defer.
 fn send_driver(
     p: &mut dyn QpDriver,
     wr: &SendWr<'_>,
     meter: Option<&CqBudget>,
+    defer: bool,
     doorbells: &mut u64,
 ) -> rdd_status {
-    let (called, r) = post_send_metered(p, core::slice::from_ref(wr), meter);
-    *doorbells += u64::from(called);
+    let before = p.deferred();
+    let (called, r) = post_send_metered(p, core::slice::from_ref(wr), meter, defer);
+    // A driver that defers keeps the WR pending (its count grows) and
+    // makes no provider call; one that cannot posts it at once.
+    let rung = called && !(defer && p.deferred() != before);
+    *doorbells += u64::from(rung);
     match r {
         Ok(()) => rdd_status::Ok,
         Err((_, s)) => s,
@@ -550,20 +560,34 @@ pub unsafe extern "C" fn rdd_qp_recv(
 /// `RDD_SEND_DEFER_DOORBELL` since the last doorbell: one send doorbell
 /// for all the deferred sends (the `ibv_wr_complete` of a batch begun with
 /// the first deferred post) and the receive doorbell record for the
-/// deferred receives. Nothing pending: nothing happens. On a kernel device
-/// nothing is ever deferred, so it does nothing.
+/// deferred receives. Nothing pending: nothing happens. On a kernel
+/// device's direct rxe/siw rings, one provider doorbell (the empty
+/// `POST_SEND` system call; on siw only when its transmitter may be idle)
+/// for the deferred sends; receives there are never deferred. On the
+/// libibverbs fallback nothing is ever deferred, so it does nothing.
 ///
 /// `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
 /// `rdd_qp_write`); `CQ_FULL` when the send CQ is unguarded and has no
 /// entry left for the completion the signalling guard may add at this
-/// doorbell: nothing is rung then; poll the CQ and ring again.
+/// doorbell: nothing is rung then; poll the CQ and ring again; on a kernel
+/// device `PROVIDER_ERROR` when the system call fails (the WRs stay
+/// pending; ring again).
 #[no_mangle]
 pub extern "C" fn rdd_qp_ring(qp: *mut rdd_qp) -> rdd_status {
     ffi_boundary!({
         let mut g = try_status!(excl::<QpObj>(h(qp)));
         let q: &mut QpObj = &mut g;
-        let QpImpl::Mlx5(o) = q.q.get_mut() else {
-            return rdd_status::Ok;
+        let o = match q.q.get_mut() {
+            QpImpl::Mlx5(o) => o,
+            QpImpl::Driver(p) => {
+                return match p.ring() {
+                    Ok(rung) => {
+                        q.doorbells += u64::from(rung);
+                        rdd_status::Ok
+                    }
+                    Err(e) => e.into(),
+                };
+            }
         };
         if o.sq.pending() == 0 {
             o.rq.ring();

@@ -37,12 +37,21 @@ struct FakeQp {
     log: Arc<Mutex<Log>>,
     state: QpState,
     caps: QpCaps,
+    /// Deferral as the direct rings do it (else the trait's defaults).
+    defers: bool,
+    /// Deferred WR ids, handed to the next provider call.
+    pending: Vec<u64>,
 }
 
-impl QpDriver for FakeQp {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        let mut log = self.log.lock().unwrap();
-        let mut ids = Vec::new();
+impl FakeQp {
+    /// Validates and takes `wrs` into `ids` (queueing their completions),
+    /// stopping at the first refused one.
+    fn accept(
+        &self,
+        log: &mut Log,
+        wrs: &[SendWr<'_>],
+        ids: &mut Vec<u64>,
+    ) -> core::result::Result<(), PostError> {
         for (index, w) in wrs.iter().enumerate() {
             let refused = if self.state != QpState::Rts {
                 Err(Error::InvalidQpState)
@@ -50,7 +59,6 @@ impl QpDriver for FakeQp {
                 crate::wr::validate_send(w, &self.caps).map(|_| ())
             };
             if let Err(error) = refused {
-                log.send_calls.push(ids);
                 return Err(PostError { index, error });
             }
             ids.push(w.wr_id);
@@ -61,8 +69,40 @@ impl QpDriver for FakeQp {
                 });
             }
         }
-        log.send_calls.push(ids);
         Ok(())
+    }
+}
+
+impl QpDriver for FakeQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        let log = Arc::clone(&self.log);
+        let mut log = log.lock().unwrap();
+        let mut ids = core::mem::take(&mut self.pending);
+        let r = self.accept(&mut log, wrs, &mut ids);
+        log.send_calls.push(ids);
+        r
+    }
+    fn post_send_deferred(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        if !self.defers {
+            return self.post_send(wrs);
+        }
+        let log = Arc::clone(&self.log);
+        let mut log = log.lock().unwrap();
+        let mut ids = core::mem::take(&mut self.pending);
+        let r = self.accept(&mut log, wrs, &mut ids);
+        self.pending = ids;
+        r
+    }
+    fn ring(&mut self) -> crate::error::Result<bool> {
+        if self.pending.is_empty() {
+            return Ok(false);
+        }
+        let ids = core::mem::take(&mut self.pending);
+        self.log.lock().unwrap().send_calls.push(ids);
+        Ok(true)
+    }
+    fn deferred(&self) -> u32 {
+        self.pending.len() as u32
     }
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
         let mut log = self.log.lock().unwrap();
@@ -111,6 +151,7 @@ impl CqDriver for FakeCq {
 
 struct FakeBackend {
     log: Arc<Mutex<Log>>,
+    defers: bool,
 }
 
 impl Backend for FakeBackend {
@@ -165,6 +206,8 @@ impl Backend for FakeBackend {
                 log: Arc::clone(&self.log),
                 state: QpState::Reset,
                 caps,
+                defers: self.defers,
+                pending: Vec::new(),
             })),
             qpn: 0x11,
             caps,
@@ -189,11 +232,17 @@ struct Env {
 }
 
 fn env(unguarded: bool) -> Env {
+    env_with(unguarded, false)
+}
+
+/// With `defers`, the fake driver defers as the direct rxe/siw rings do.
+fn env_with(unguarded: bool, defers: bool) -> Env {
     let log = Arc::new(Mutex::new(Log::default()));
     let dev = insert(Box::new(DeviceObj {
         soft: None,
         backend: Arc::new(FakeBackend {
             log: Arc::clone(&log),
+            defers,
         }),
         link: Arc::new(()),
     }))
@@ -290,5 +339,80 @@ fn an_unguarded_cq_meters_provider_posts() {
     assert_eq!(unsafe { rdd_cq_poll_n(e.cq, wc.as_mut_ptr(), 16) }, 16);
     ok(write(&e, 19, RDD_SEND_SIGNALED));
     assert_eq!(e.log.lock().unwrap().send_calls.len(), 18);
+    close(e);
+}
+
+fn calls(e: &Env) -> Vec<Vec<u64>> {
+    e.log.lock().unwrap().send_calls.clone()
+}
+
+#[test]
+fn a_deferring_driver_rings_once_per_batch() {
+    let e = env_with(false, true);
+    for id in 1..=3 {
+        ok(write(&e, id, RDD_SEND_DEFER_DOORBELL));
+    }
+    assert!(calls(&e).is_empty(), "nothing reaches the provider yet");
+    assert_eq!(doorbells(&e), 0);
+    ok(rdd_qp_ring(e.qp));
+    assert_eq!(calls(&e), [[1, 2, 3]]);
+    assert_eq!(doorbells(&e), 1);
+    // Nothing pending: nothing happens.
+    ok(rdd_qp_ring(e.qp));
+    assert_eq!((calls(&e).len(), doorbells(&e)), (1, 1));
+    // A deferred WR then one without the bit: one call for both.
+    ok(write(&e, 4, RDD_SEND_DEFER_DOORBELL));
+    ok(write(&e, 5, RDD_SEND_SIGNALED));
+    assert_eq!(calls(&e)[1], [4, 5]);
+    assert_eq!(doorbells(&e), 2);
+    // A refused call changes nothing: the deferred WR stays pending.
+    ok(write(&e, 6, RDD_SEND_DEFER_DOORBELL));
+    assert_eq!(write(&e, 7, 0x10), rdd_status::InvalidFlags);
+    assert_eq!(calls(&e).len(), 2);
+    // rdd_qp_post_send rings what was deferred, even when its own WR is
+    // refused before the provider sees it.
+    let bad = crate::ffi::wr::rdd_wr {
+        wr_id: 8,
+        sg_list: ptr::null(),
+        num_sge: 0,
+        opcode: 0xff,
+        flags: 0,
+        imm_data: 0,
+        remote_addr: 0,
+        rkey: 0,
+        invalidate_rkey: 0,
+        compare_add: 0,
+        swap: 0,
+    };
+    let mut bad_index = 99usize;
+    // SAFETY: one readable WR, a writable index.
+    let s = unsafe { rdd_qp_post_send(e.qp, &bad, 1, &mut bad_index) };
+    assert_ne!(s, rdd_status::Ok);
+    assert_eq!(bad_index, 0);
+    assert_eq!(calls(&e)[2], [6]);
+    assert_eq!(doorbells(&e), 3);
+    // Completions in posting order (only 5 was signaled).
+    let mut wc = [rdd_wc::default(); 4];
+    // SAFETY: a live local array.
+    assert_eq!(unsafe { rdd_cq_poll_n(e.cq, wc.as_mut_ptr(), 4) }, 1);
+    assert_eq!(wc[0].wr_id, 5);
+    close(e);
+}
+
+#[test]
+fn a_deferring_driver_meters_deferred_posts() {
+    let e = env_with(true, true);
+    // 16 entries: deferred signaled WRs take their completions' headroom
+    // at once, as posted ones do.
+    for i in 0..16 {
+        ok(write(&e, i, RDD_SEND_SIGNALED | RDD_SEND_DEFER_DOORBELL));
+    }
+    assert_eq!(
+        write(&e, 16, RDD_SEND_SIGNALED | RDD_SEND_DEFER_DOORBELL),
+        rdd_status::CqFull
+    );
+    ok(rdd_qp_ring(e.qp));
+    assert_eq!(calls(&e), [(0..16).collect::<Vec<u64>>()]);
+    assert_eq!(doorbells(&e), 1);
     close(e);
 }

@@ -40,7 +40,7 @@ pub(in crate::ffi) fn post_library_wr(
     let (called, r) = match q.q.get_mut() {
         QpImpl::Driver(p) if p.state() != QpState::Rts => return Err(rdd_status::InvalidQpState),
         QpImpl::Driver(p) => {
-            post_send_metered(&mut **p, core::slice::from_ref(wr), meter.as_deref())
+            post_send_metered(&mut **p, core::slice::from_ref(wr), meter.as_deref(), false)
         }
         QpImpl::Mlx5(_) => return Err(rdd_status::Unsupported),
     };
@@ -48,16 +48,18 @@ pub(in crate::ffi) fn post_library_wr(
     r.map_err(|(_, s)| s)
 }
 
-/// Hands `wrs` to a provider-posted QP in one call. With an unguarded send
-/// CQ (`meter`), only the prefix whose completions fit its headroom goes
-/// (the provider reports every completion it is asked for, so no spare
-/// entry is kept, as in `api::Qp::post_send`), and the first WR left out
-/// is `CQ_FULL`. Returns whether the provider was called, and the index
-/// and status of the first WR not posted.
+/// Hands `wrs` to a provider-posted QP in one call (with `defer`, to
+/// `QpDriver::post_send_deferred`: no provider doorbell yet). With an
+/// unguarded send CQ (`meter`), only the prefix whose completions fit its
+/// headroom goes (the provider reports every completion it is asked for,
+/// so no spare entry is kept, as in `api::Qp::post_send`), and the first
+/// WR left out is `CQ_FULL`. Returns whether the provider was called, and
+/// the index and status of the first WR not posted.
 pub(super) fn post_send_metered(
     p: &mut dyn crate::api::QpDriver,
     wrs: &[crate::wr::SendWr<'_>],
     meter: Option<&CqBudget>,
+    defer: bool,
 ) -> (bool, Result<(), (usize, rdd_status)>) {
     let want = crate::api::signaled(wrs);
     let reserved = meter.map_or(0, |b| b.headroom.reserve(want));
@@ -67,10 +69,12 @@ pub(super) fn post_send_metered(
         post = crate::api::fitting_prefix(wrs, 0, reserved);
         refused = Some(rdd_status::CqFull);
     }
-    let r = if post > 0 {
-        p.post_send(&wrs[..post])
-    } else {
+    let r = if post == 0 {
         Ok(())
+    } else if defer {
+        p.post_send_deferred(&wrs[..post])
+    } else {
+        p.post_send(&wrs[..post])
     };
     let posted = match &r {
         Ok(()) => post,
@@ -121,7 +125,7 @@ unsafe fn post_send_driver(
                 }
             }
         }
-        let (called, r) = post_send_metered(p, &chunk[..k], meter);
+        let (called, r) = post_send_metered(p, &chunk[..k], meter, false);
         calls += u64::from(called);
         if let Err((i, s)) = r {
             return (Err((done + i, s)), calls);
@@ -238,7 +242,14 @@ pub unsafe extern "C" fn rdd_qp_post_send(
         let meter = q.send_budget.metered().then(|| Arc::clone(&q.send_budget));
         if let QpImpl::Driver(p) = q.q.get_mut() {
             // SAFETY: the caller's contract on `wrs` (checked above).
-            let (r, calls) = unsafe { post_send_driver(&mut **p, wrs, n, meter.as_deref()) };
+            let (r, mut calls) = unsafe { post_send_driver(&mut **p, wrs, n, meter.as_deref()) };
+            // WRs deferred by the per-opcode calls went out with the first
+            // chain (a driver publishes them ahead of it); when nothing
+            // reached the provider they are rung here, so none is left
+            // waiting. A failed ring leaves them pending for the next one.
+            if p.deferred() != 0 {
+                calls += u64::from(p.ring().unwrap_or(false));
+            }
             q.doorbells += calls;
             return match r {
                 Ok(()) => rdd_status::Ok,

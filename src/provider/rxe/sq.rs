@@ -46,8 +46,13 @@ pub const fn required_elem_size(caps: &QpCaps) -> u64 {
 #[derive(Debug)]
 pub struct RxeSendQueue {
     q: RxeQueue,
-    /// Our producer index (masked); the header word is written only from it.
+    /// Our producer index (masked) as published; the header word is
+    /// written only from it.
     prod: u32,
+    /// The slot the next WQE is written to (masked): ahead of `prod` by
+    /// the WQEs written by [`RxeSendQueue::post_deferred`] and not yet
+    /// published.
+    written: u32,
     caps: QpCaps,
     state: QpState,
     /// WRs were published whose doorbell the caller has not been told to
@@ -83,6 +88,7 @@ impl RxeSendQueue {
         Ok(RxeSendQueue {
             q,
             prod,
+            written: prod,
             caps,
             state: QpState::Rts,
             doorbell_owed: false,
@@ -110,7 +116,8 @@ impl RxeSendQueue {
     pub fn capacity(&self) -> u32 {
         self.q.capacity()
     }
-    /// Our producer index (masked): the slot the next WQE goes to.
+    /// Our producer index (masked) as published: the slot the next WQE
+    /// goes to when nothing is deferred.
     #[inline]
     pub fn producer(&self) -> u32 {
         self.prod
@@ -124,10 +131,17 @@ impl RxeSendQueue {
         // PSNs, cursors) happen before anything we do with those slots.
         self.q.consumer().load(Ordering::Acquire) & self.q.mask
     }
-    /// WQEs posted and not yet completed by the kernel.
+    /// WQEs written (published or deferred) and not yet completed by the
+    /// kernel.
     #[inline]
     pub fn outstanding(&self) -> u32 {
-        self.prod.wrapping_sub(self.kernel_consumer()) & self.q.mask
+        self.written.wrapping_sub(self.kernel_consumer()) & self.q.mask
+    }
+    /// WQEs written by [`RxeSendQueue::post_deferred`] and not yet
+    /// published.
+    #[inline]
+    pub fn deferred(&self) -> u32 {
+        self.written.wrapping_sub(self.prod) & self.q.mask
     }
     /// WQEs that can be posted now.
     #[inline]
@@ -167,6 +181,7 @@ impl RxeSendQueue {
         // Relaxed: the kernel rewrote the word inside the modify-QP
         // command, which the system call orders before this load.
         self.prod = self.q.producer().load(Ordering::Relaxed) & self.q.mask;
+        self.written = self.prod;
         self.filled = 0;
         self.doorbell_owed = false;
     }
@@ -184,11 +199,12 @@ impl RxeSendQueue {
         Ok(())
     }
 
-    /// Posts `wrs` in order and publishes them with one release store of
-    /// the producer index. Stops at the first WR that is refused (invalid,
-    /// not supported by rxe, QP state, or [`Error::SqFull`]): the WRs
-    /// before it are published, the refused one and those after it are
-    /// not, and the error carries its index. Nothing of a refused WR is
+    /// Posts `wrs` in order and publishes them, with any WQEs deferred
+    /// before them ([`RxeSendQueue::post_deferred`]), with one release
+    /// store of the producer index. Stops at the first WR that is refused
+    /// (invalid, not supported by rxe, QP state, or [`Error::SqFull`]):
+    /// the WRs before it are published, the refused one and those after it
+    /// are not, and the error carries its index. Nothing of a refused WR is
     /// written.
     ///
     /// On success, [`Posted::doorbell`] says whether the caller must ring
@@ -200,8 +216,62 @@ impl RxeSendQueue {
     /// Every SGE must name memory the kernel may access as the operation
     /// requires until the WR completes (see [`RxeSendQueue::new`]).
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<Posted, PostError> {
+        // SAFETY: forwarded contract.
+        let (count, failed) = unsafe { self.write(wrs) };
+        self.publish();
+        match failed {
+            None => Ok(Posted {
+                count,
+                doorbell: self.take_doorbell(),
+            }),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Writes `wrs` into the ring as [`RxeSendQueue::post`] does and
+    /// stops at the same WR, but publishes nothing: the kernel sees them
+    /// at the next [`RxeSendQueue::publish`] (or `post`), all at once, so
+    /// a batch built of several calls costs one producer store and one
+    /// doorbell (docs/spec/rxe.md §2, §6). Returns how many were written.
+    ///
+    /// # Safety
+    /// As [`RxeSendQueue::post`].
+    pub unsafe fn post_deferred(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> core::result::Result<usize, PostError> {
+        // SAFETY: forwarded contract.
+        match unsafe { self.write(wrs) } {
+            (n, None) => Ok(n),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Publishes every deferred WQE with one release store of the producer
+    /// index; the doorbell is then owed ([`RxeSendQueue::take_doorbell`]).
+    /// Returns how many were published (0: nothing was deferred, nothing
+    /// stored).
+    pub fn publish(&mut self) -> u32 {
+        let n = self.deferred();
+        if n != 0 {
+            // Release: the WQE stores (`write`) happen before the kernel
+            // sees the new index (it acquire-loads it, docs/spec/rxe.md §2).
+            self.q.producer().store(self.written, Ordering::Release);
+            self.prod = self.written;
+            self.doorbell_owed = true;
+        }
+        n
+    }
+
+    /// Writes `wrs` from `written` on, stopping at the first refused WR;
+    /// returns how many were written and the refusal.
+    ///
+    /// # Safety
+    /// As [`RxeSendQueue::post`].
+    #[inline(always)]
+    unsafe fn write(&mut self, wrs: &[SendWr<'_>]) -> (usize, Option<PostError>) {
         let mask = self.q.mask;
-        let mut prod = self.prod;
+        let mut prod = self.written;
         let mut cons = self.kernel_consumer();
         let mut count = 0usize;
         let mut failed = None;
@@ -224,28 +294,18 @@ impl RxeSendQueue {
             }
             // SAFETY: slot `prod` lies in the mapping (masked in
             // `slot_ptr`); the space check shows the kernel's consumer
-            // index has passed it, so the kernel no longer uses it; the WR
-            // is valid for this queue's element size (constructor and
-            // `check`); the SGE contract is forwarded.
+            // index has passed it, so the kernel no longer uses it (a slot
+            // between `self.prod` and `written` is unpublished, so the
+            // kernel never reads it); the WR is valid for this queue's
+            // element size (constructor and `check`); the SGE contract is
+            // forwarded.
             unsafe { self.write_wqe(self.q.slot_ptr(prod), wr) };
             prod = next;
             count += 1;
         }
-        if count != 0 {
-            // Release: the WQE stores above happen before the kernel sees
-            // the new index (it acquire-loads it, docs/spec/rxe.md §2).
-            self.q.producer().store(prod, Ordering::Release);
-            self.prod = prod;
-            self.doorbell_owed = true;
-            self.filled = self.filled.saturating_add(count as u32).min(self.q.slots());
-        }
-        match failed {
-            None => Ok(Posted {
-                count,
-                doorbell: self.take_doorbell(),
-            }),
-            Some(e) => Err(e),
-        }
+        self.written = prod;
+        self.filled = self.filled.saturating_add(count as u32).min(self.q.slots());
+        (count, failed)
     }
 
     /// Writes one validated WR at `slot` (docs/spec/rxe.md §3): the whole

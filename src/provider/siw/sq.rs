@@ -54,6 +54,11 @@ pub struct SiwSendQueue {
     sig_all: bool,
     state: QpState,
     doorbell_owed: bool,
+    /// The counter of the first SQE posted since the last doorbell
+    /// decision (`put` when there is none): SQEs from here were posted by
+    /// [`SiwSendQueue::post_deferred`] and wait for
+    /// [`SiwSendQueue::publish`].
+    undecided: u32,
 }
 
 impl SiwSendQueue {
@@ -93,6 +98,7 @@ impl SiwSendQueue {
             sig_all,
             state: QpState::Rts,
             doorbell_owed: false,
+            undecided: 0,
         })
     }
 
@@ -131,6 +137,18 @@ impl SiwSendQueue {
     #[inline]
     pub fn take_doorbell(&mut self) -> bool {
         core::mem::take(&mut self.doorbell_owed)
+    }
+    /// SQEs posted by [`SiwSendQueue::post_deferred`] since the last
+    /// doorbell decision.
+    #[inline]
+    pub fn deferred(&self) -> u32 {
+        self.put.wrapping_sub(self.undecided)
+    }
+    /// Drops the deferred batch's doorbell decision: for after the QP left
+    /// RTS (the kernel will not transmit the SQEs; see
+    /// [`SiwSendQueue::reclaim`]).
+    pub fn forget_deferred(&mut self) {
+        self.undecided = self.put;
     }
 
     /// True if the slot of counter `c` is VALID (posted, not yet picked up
@@ -267,16 +285,73 @@ impl SiwSendQueue {
     /// is written, and the error carries its index.
     ///
     /// On success, [`Posted::doorbell`] says whether the caller must ring
-    /// the doorbell now (docs/spec/siw.md §4): when the SQE just before the first one
-    /// posted here has already been picked up by the kernel (its
-    /// transmitter may be idle), when this call filled the whole SQ, or
-    /// when an earlier doorbell is still owed. After an error, call
+    /// the doorbell now (docs/spec/siw.md §4): when the SQE just before the
+    /// first one posted here (or by [`SiwSendQueue::post_deferred`] since
+    /// the last decision) has already been picked up by the kernel (its
+    /// transmitter may be idle), when they filled the whole SQ, or when an
+    /// earlier doorbell is still owed. After an error, call
     /// [`SiwSendQueue::take_doorbell`].
     ///
     /// # Safety
     /// Every SGE must name memory the kernel may access as the operation
     /// requires until the WR completes (see [`SiwSendQueue::new`]).
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<Posted, PostError> {
+        // SAFETY: forwarded contract.
+        let (count, failed) = unsafe { self.write(wrs) };
+        self.publish();
+        match failed {
+            None => Ok(Posted {
+                count,
+                doorbell: self.take_doorbell(),
+            }),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Posts `wrs` as [`SiwSendQueue::post`] does and stops at the same
+    /// WR, without the doorbell decision: that waits for
+    /// [`SiwSendQueue::publish`] (or the next `post`), made once for the
+    /// whole batch. siw has no producer index: each SQE is published by
+    /// its own VALID store (docs/spec/siw.md §3), so a transmitter that is
+    /// busy may take a deferred SQE before the batch ends; only the
+    /// system call waits. Returns how many were posted.
+    ///
+    /// # Safety
+    /// As [`SiwSendQueue::post`].
+    pub unsafe fn post_deferred(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> core::result::Result<usize, PostError> {
+        // SAFETY: forwarded contract.
+        match unsafe { self.write(wrs) } {
+            (n, None) => Ok(n),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Ends a deferred batch: the docs/spec/siw.md §4 decision for every
+    /// SQE posted since the last one; when it says ring, the doorbell is
+    /// owed ([`SiwSendQueue::take_doorbell`]). Returns how many SQEs it
+    /// covered (0: nothing was pending, nothing decided).
+    pub fn publish(&mut self) -> u32 {
+        let first = self.undecided;
+        let count = self.put.wrapping_sub(first);
+        if count != 0 {
+            self.undecided = self.put;
+            if self.doorbell_decision(first, count) {
+                self.doorbell_owed = true;
+            }
+        }
+        count
+    }
+
+    /// Writes and publishes `wrs` from `put` on, stopping at the first
+    /// refused WR; returns how many were posted and the refusal.
+    ///
+    /// # Safety
+    /// As [`SiwSendQueue::post`].
+    #[inline(always)]
+    unsafe fn write(&mut self, wrs: &[SendWr<'_>]) -> (usize, Option<PostError>) {
         let first = self.put;
         let mut put = first;
         let mut failed = None;
@@ -312,20 +387,9 @@ impl SiwSendQueue {
             put = put.wrapping_add(1);
         }
         let count = put.wrapping_sub(first);
-        if count != 0 {
-            self.put = put;
-            self.filled = self.filled.saturating_add(count).min(self.ring.len());
-            if self.doorbell_decision(first, count) {
-                self.doorbell_owed = true;
-            }
-        }
-        match failed {
-            None => Ok(Posted {
-                count: count as usize,
-                doorbell: self.take_doorbell(),
-            }),
-            Some(e) => Err(e),
-        }
+        self.put = put;
+        self.filled = self.filled.saturating_add(count).min(self.ring.len());
+        (count as usize, failed)
     }
 
     /// The docs/spec/siw.md §4 rule for `count` SQEs just posted from counter `first`:

@@ -360,6 +360,13 @@ impl VerbsQp {
     }
 }
 
+// No deferral here (the trait's `post_send_deferred` default posts and
+// rings at once): a deferred `ibv_send_wr` would have to outlive the call,
+// but an inline payload is the caller's memory only until the call returns
+// (the C per-opcode calls promise the buffer is free at once), so holding
+// a chain back would need a copy of up to `max_inline_data` bytes per WR,
+// and libibverbs rings once per `ibv_post_send` anyway. The fallback is
+// the compatibility path; the direct rings (`verbs::direct`) defer.
 impl QpDriver for VerbsQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
         self.send_list(wrs, false)

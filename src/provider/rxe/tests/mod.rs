@@ -20,6 +20,7 @@ use crate::wr::{
 
 mod completion;
 mod concurrent;
+mod defer;
 mod failed_wr;
 mod geometry;
 mod recv;

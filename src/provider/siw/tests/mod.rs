@@ -16,6 +16,7 @@ use crate::wr::{FailedWr, Payload, QpCaps, RecvWr, Remote, SendFlags, SendOp, Se
 
 mod completion;
 mod concurrent;
+mod defer;
 mod failed_wr;
 mod geometry;
 mod recv;
