@@ -6,7 +6,8 @@
  * provider): SEND with inline data into a posted receive, RDMA WRITE,
  * READ and FETCH_ADD with the memory checked, an event-mode wait, a chain
  * of 64 WRITEs, a bad rkey reported by rdd_qp_failed_wr, and one-call
- * recovery of both QPs, and a memory window exposed through
+ * recovery of both QPs, rdd_qp_write with RDD_SEND_DEFER_DOORBELL and
+ * rdd_qp_ring (one doorbell per batch), and a memory window exposed through
  * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
  * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). On
  * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
@@ -231,6 +232,84 @@ static void test_rxe_drain_marker(struct side *a, struct side *b, const rdd_conn
     CHECK_EQ(wc.status, RDD_WC_SUCCESS);
 }
 
+/* RDD_SEND_DEFER_DOORBELL on rdma-direct's rxe ring: deferred rdd_qp_write
+ * calls make no provider call, one rdd_qp_ring rings them all (one
+ * doorbell), they complete in order with the data written; a deferred
+ * WRITE then one without the bit: one doorbell for both; rdd_qp_ring with
+ * nothing pending does nothing; rdd_qp_recover with deferred WRITEs
+ * pending reports each exactly once. On the libibverbs fallback
+ * (RDMA_DIRECT_DATA_PATH=fallback) the bit is a hint: each call rings. */
+static void test_rxe_deferred(struct side *a, struct side *b, const rdd_connect_attr *attr)
+{
+    const char *path = getenv("RDMA_DIRECT_DATA_PATH");
+    int direct = !(path && strcmp(path, "fallback") == 0);
+    uint64_t before = 0, after = 0;
+    rdd_wc wc;
+    rdd_recovery rec;
+    unsigned calls = 0;
+    int i;
+
+    for (i = 0; i < 128; i++) {
+        a->buf[1024 + i] = (uint8_t)(i * 5 + 3);
+    }
+    memset(b->buf + 1024, 0, 128);
+    MUST(rdd_qp_doorbells(a->qp, &before));
+    for (i = 0; i < 16; i++) {
+        MUST(rdd_qp_write(a->qp, 300 + (uint64_t)i, (uint64_t)(uintptr_t)(a->buf + 1024 + i * 8), 8,
+                          a->lkey, (uint64_t)(uintptr_t)(b->buf + 1024 + i * 8), b->rkey,
+                          RDD_SEND_SIGNALED | RDD_SEND_DEFER_DOORBELL));
+    }
+    MUST(rdd_qp_doorbells(a->qp, &after));
+    CHECK_EQ(after - before, direct ? 0u : 16u);
+    MUST(rdd_qp_ring(a->qp));
+    MUST(rdd_qp_doorbells(a->qp, &after));
+    CHECK_EQ(after - before, direct ? 1u : 16u);
+    for (i = 0; i < 16; i++) {
+        wc = wait_one(a);
+        CHECK_EQ(wc.wr_id, 300 + (uint64_t)i);
+        CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    }
+    CHECK_BYTES(b->buf + 1024, a->buf + 1024, 128);
+
+    /* Nothing pending: nothing rung. */
+    MUST(rdd_qp_ring(a->qp));
+    MUST(rdd_qp_doorbells(a->qp, &before));
+    CHECK_EQ(before, after);
+
+    /* Deferred, then without the bit: one doorbell for both. */
+    MUST(rdd_qp_write(a->qp, 320, (uint64_t)(uintptr_t)(a->buf + 1024), 8, a->lkey,
+                      (uint64_t)(uintptr_t)(b->buf + 2048), b->rkey,
+                      RDD_SEND_SIGNALED | RDD_SEND_DEFER_DOORBELL));
+    MUST(rdd_qp_write(a->qp, 321, (uint64_t)(uintptr_t)(a->buf + 1032), 8, a->lkey,
+                      (uint64_t)(uintptr_t)(b->buf + 2056), b->rkey, RDD_SEND_SIGNALED));
+    MUST(rdd_qp_doorbells(a->qp, &after));
+    CHECK_EQ(after - before, direct ? 1u : 2u);
+    wc = wait_one(a);
+    CHECK_EQ(wc.wr_id, 320);
+    wc = wait_one(a);
+    CHECK_EQ(wc.wr_id, 321);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    CHECK_BYTES(b->buf + 2048, a->buf + 1024, 16);
+
+    /* Recovery with deferred WRITEs pending (never rung on the direct
+     * ring): each is reported exactly once. */
+    for (i = 0; i < 4; i++) {
+        MUST(rdd_qp_write(a->qp, 330 + (uint64_t)i, (uint64_t)(uintptr_t)(a->buf + 1024), 8,
+                          a->lkey, (uint64_t)(uintptr_t)(b->buf + 3000), b->rkey,
+                          RDD_SEND_SIGNALED | RDD_SEND_DEFER_DOORBELL));
+    }
+    memset(&rec, 0xff, sizeof rec);
+    CHECK_EQ(rdd_qp_recover(a->qp, NULL, NULL, 10000000000ull, count_wc, &calls, &rec),
+             RDD_STATUS_OK);
+    CHECK_EQ(rec.reported, 4);
+    CHECK_EQ(calls, 4u);
+    MUST(rdd_qp_ring(a->qp)); /* nothing is left pending: a no-op */
+    MUST(rdd_qp_query_info(a->qp, &a->info));
+    MUST(rdd_qp_recover(b->qp, &a->info, attr, 10000000000ull, NULL, NULL, NULL));
+    MUST(rdd_qp_query_info(b->qp, &b->info));
+    MUST(rdd_qp_connect(a->qp, &b->info, attr));
+}
+
 static void test_rxe(const char *name)
 {
     rdd_device *dev;
@@ -358,6 +437,7 @@ static void test_rxe(const char *name)
     CHECK_EQ(b.buf[0], 0x5a);
 
     test_rxe_drain_marker(&a, &b, &attr);
+    test_rxe_deferred(&a, &b, &attr);
     test_rxe_window(pd, &a, &b);
 
     close_side(&a);

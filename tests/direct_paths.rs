@@ -10,10 +10,13 @@
 //!   directions (the wire format checked against rdma-core's provider);
 //! - a destroyed peer: every outstanding WR accounted for once;
 //! - a model-based random workload that accounts for every WR exactly once;
-//! - at most one doorbell system call per batch of 32 WQEs.
+//! - at most one doorbell system call per batch of 32 WQEs;
+//! - deferred doorbells (`direct_defer`): one system call per ring, none
+//!   per deferred post, and recovery with deferred WRs pending.
 #![cfg(feature = "verbs")]
 
 mod common;
+mod direct_defer;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

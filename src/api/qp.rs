@@ -257,6 +257,34 @@ impl<B: Backend> Qp<B> {
         }
     }
 
+    /// Posts send WRs as [`Qp::post_send`] does, leaving the doorbell for
+    /// a later [`Qp::ring`] or `post_send` where the data path can defer:
+    /// the direct rxe/siw rings ([`QpDriver::post_send_deferred`]; the
+    /// WRs count as outstanding at once, and recovery flushes them). On
+    /// the other paths, and with a send CQ outside the sizing guard, it is
+    /// `post_send`: deferral is only a batching hint there.
+    pub fn post_send_deferred(
+        &mut self,
+        wrs: &[SendWr<'_>],
+    ) -> core::result::Result<(), PostError> {
+        if !self._send_cq.metered() {
+            if let QpPath::Driver(p) = &mut self.path {
+                return p.post_send_deferred(wrs);
+            }
+        }
+        self.post_send(wrs)
+    }
+
+    /// Rings for every WR [`Qp::post_send_deferred`] left pending, with
+    /// one provider call: `Ok(true)` if it made one, `Ok(false)` if
+    /// nothing was pending (nothing happens). See [`QpDriver::ring`].
+    pub fn ring(&mut self) -> Result<bool> {
+        match &mut self.path {
+            QpPath::Driver(p) => p.ring(),
+            QpPath::Mlx5(_) => Ok(false),
+        }
+    }
+
     /// Posts one send WR and rings the doorbell.
     #[inline]
     pub fn post_send_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
