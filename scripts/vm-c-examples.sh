@@ -15,8 +15,9 @@
 #   c-pingpong-rxe0*     two QPs on rxe0, connected with rdd_qp_connect,
 #                        SEND/RECV round trips, every payload byte checked
 #   c-write_bw-rxe0*     RDMA WRITE batches (rdd_qp_write calls with
-#                        RDD_SEND_DEFER_DOORBELL, which rxe's rings post
-#                        and ring at once; the last WR signaled), the
+#                        RDD_SEND_DEFER_DOORBELL: one doorbell per batch
+#                        on rxe's direct ring, one per WR on the
+#                        fallback; the last WR signaled), the
 #                        target checked byte for byte after each size
 #   c-*-siw0-refused     siw0 (iWARP) connects only through rdma_cm, which
 #                        the C API does not offer: both examples must exit
