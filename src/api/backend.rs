@@ -45,6 +45,11 @@ pub trait QpDriver: Send {
     fn deferred(&self) -> u32 {
         0
     }
+    /// Whether [`QpDriver::post_send_deferred`] really defers (false, the
+    /// default: it posts and rings at once).
+    fn can_defer(&self) -> bool {
+        false
+    }
     /// Posts receive WRs.
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
     /// Send WRs that can be posted now without overflowing the SQ.

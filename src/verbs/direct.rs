@@ -210,6 +210,9 @@ impl DirectQp {
                 error: Error::InvalidQpState,
             });
         }
+        // WRs deferred before this call: a failed doorbell leaves them
+        // owed (they are published, and were accepted).
+        let had_deferred = !defer && self.sq.deferred() != 0;
         let blank = SendWr::new(0, SendOp::Send, &[], SendFlags::NONE);
         let mut buf = [blank; BATCH];
         let mut done = 0usize;
@@ -275,6 +278,7 @@ impl DirectQp {
                                     base,
                                     base + n as u64,
                                 );
+                                self.ring_owed = had_deferred;
                                 return Err(PostError {
                                     index: done,
                                     error: e,
@@ -350,6 +354,10 @@ impl QpDriver for DirectQp {
 
     fn deferred(&self) -> u32 {
         self.sq.deferred()
+    }
+
+    fn can_defer(&self) -> bool {
+        true
     }
 
     fn post_drain_marker(&mut self) -> Result<bool> {

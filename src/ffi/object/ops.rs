@@ -184,12 +184,10 @@ fn send_driver(
     defer: bool,
     doorbells: &mut u64,
 ) -> rdd_status {
-    let before = p.deferred();
     let (called, r) = post_send_metered(p, core::slice::from_ref(wr), meter, defer);
-    // A driver that defers keeps the WR pending (its count grows) and
-    // makes no provider call; one that cannot posts it at once.
-    let rung = called && !(defer && p.deferred() != before);
-    *doorbells += u64::from(rung);
+    // A driver that defers makes no provider call (refused or not); one
+    // that cannot posts the WR at once.
+    *doorbells += u64::from(called && !(defer && p.can_defer()));
     match r {
         Ok(()) => rdd_status::Ok,
         Err((_, s)) => s,

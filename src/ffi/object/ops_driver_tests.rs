@@ -104,6 +104,9 @@ impl QpDriver for FakeQp {
     fn deferred(&self) -> u32 {
         self.pending.len() as u32
     }
+    fn can_defer(&self) -> bool {
+        self.defers
+    }
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
         let mut log = self.log.lock().unwrap();
         log.recvs.extend(wrs.iter().map(|w| w.wr_id));
@@ -365,10 +368,14 @@ fn a_deferring_driver_rings_once_per_batch() {
     ok(write(&e, 5, RDD_SEND_SIGNALED));
     assert_eq!(calls(&e)[1], [4, 5]);
     assert_eq!(doorbells(&e), 2);
-    // A refused call changes nothing: the deferred WR stays pending.
+    // A refused call changes nothing: the deferred WR stays pending, and
+    // a deferred WR the provider refuses rings nothing.
     ok(write(&e, 6, RDD_SEND_DEFER_DOORBELL));
     assert_eq!(write(&e, 7, 0x10), rdd_status::InvalidFlags);
-    assert_eq!(calls(&e).len(), 2);
+    // SAFETY: the fake provider never touches memory.
+    let s = unsafe { rdd_qp_fetch_add(e.qp, 8, 0x1000, 7, 0x2004, 7, 1, RDD_SEND_DEFER_DOORBELL) };
+    assert_eq!(s, rdd_status::AtomicUnaligned);
+    assert_eq!((calls(&e).len(), doorbells(&e)), (2, 2));
     // rdd_qp_post_send rings what was deferred, even when its own WR is
     // refused before the provider sees it.
     let bad = crate::ffi::wr::rdd_wr {
