@@ -15,8 +15,8 @@
  * batches of `--batch` WRITEs, each WRITE one per-opcode rdd_qp_write
  * call (no rdd_wr to build), all but the last with
  * RDD_SEND_DEFER_DOORBELL, so the last rings one doorbell for the batch
- * (on a kernel device's driver QPs, rxe and siw rings or the verbs
- * fallback, there is no deferral: every WR rings, and the doorbells
+ * (on rdma-direct's rxe and siw rings too, one POST_SEND system call per
+ * batch; the verbs fallback posts every WR at once, and the doorbells
  * column says so); only that last WR is signaled: one completion retires
  * the whole batch. Every WR's wr_id is the number of messages posted up to and
  * including it, so any completion says how many are done. The writer
