@@ -1,13 +1,29 @@
 /*
  * The table-driven refusal tests shared by test_refusals.c and
- * test_refusals.cpp (C11 and C++17): for every object-level control call
- * and every parameter, an invalid value gets its typed status, the object
- * is exactly as before (rdd_qp_query, the CQ budget, the untouched
- * outputs), and the same call with valid values then succeeds. Also
- * rdd_qp_query, rdd_device_cq_depth_for and the name functions.
+ * test_refusals.cpp (C11 and C++17, the software device) and
+ * test_verbs.c (rxe and siw in the VM): for every object-level control
+ * call and every parameter, an invalid value gets its typed status, the
+ * object is exactly as before (rdd_qp_query, the CQ budget, the untouched
+ * outputs), and the same call with valid values then succeeds. Also, on
+ * the software device, rdd_qp_query, rdd_device_cq_depth_for and the name
+ * functions.
+ *
+ * Entry points: run_refusal_tests (the software device, everything) and
+ * run_device_refusal_tests (a kernel device: the connect and create
+ * tables). Per device:
+ * - rxe: the same tables; the rate limit is refused at RTS, after the
+ *   kernel took INIT and RTR, so it tests the rollback to RESET on a real
+ *   device; the create limits are values above any kernel device's
+ *   (the device's own limits are not visible from C).
+ * - siw (iWARP): rdd_qp_connect is UNSUPPORTED once its arguments are
+ *   readable (NULL and handle checks come first): iWARP connects through
+ *   rdma_cm, which the C API does not offer, so no connect succeeds
+ *   there and nothing is sent; the create table applies unchanged.
  */
 #ifndef RDD_FFI_TESTS_REFUSALS_H
 #define RDD_FFI_TESTS_REFUSALS_H
+
+#include <time.h>
 
 #include "harness.h"
 
@@ -15,7 +31,22 @@
 /* A handle value the library never hands out. */
 #define FORGED_QP ((rdd_qp *)(uintptr_t)0x7777777701ull)
 
-/* Two QPs in RESET on one software device, each with its own CQ. */
+/* The device the tables run on. */
+enum refusal_kind { REFUSAL_SOFT, REFUSAL_RXE, REFUSAL_SIW };
+static enum refusal_kind g_kind = REFUSAL_SOFT;
+static const char *g_dev_name = NULL;
+
+/* A fresh device of the kind under test. */
+static void target_open(rdd_device **out)
+{
+    if (g_kind == REFUSAL_SOFT) {
+        MUST(rdd_device_open_soft(NULL, out));
+    } else {
+        MUST(rdd_device_open_verbs(g_dev_name, out));
+    }
+}
+
+/* Two QPs in RESET on one device, each with its own CQ. */
 struct pair {
     rdd_device *dev;
     rdd_pd *pd;
@@ -33,7 +64,7 @@ static void pair_open(struct pair *p)
     uint32_t depth = 0;
     void *addr = NULL;
     int i;
-    MUST(rdd_device_open_soft(NULL, &p->dev));
+    target_open(&p->dev);
     MUST(rdd_pd_alloc(p->dev, &p->pd));
     MUST(rdd_device_cq_depth_for(p->dev, &DEFAULT_INIT, 1, &depth));
     for (i = 0; i < 2; i++) {
@@ -75,14 +106,32 @@ static void step_all(rdd_device *dev)
     }
 }
 
+/* One completion of QP `i` (the software device runs in this thread;
+ * a kernel device is waited for, 10 s at most). */
+static void poll_one(struct pair *p, int i, rdd_wc *wc)
+{
+    time_t deadline = time(NULL) + 10;
+    size_t n = 0;
+    for (;;) {
+        if (g_kind == REFUSAL_SOFT) {
+            step_all(p->dev);
+        }
+        CHECK_EQ(rdd_cq_poll(p->cq[i], &p->qp[i], 1, wc, 1, &n), RDD_STATUS_OK);
+        if (n != 0 || time(NULL) > deadline) {
+            break;
+        }
+    }
+    CHECK_EQ(n, 1);
+}
+
 /* A SEND from QP 1 arrives at QP 0: the connection works. */
 static void send_works(struct pair *p)
 {
     rdd_sge rs, ss;
     rdd_recv_wr r;
     rdd_wr w;
-    rdd_wc wc[2];
-    size_t bad = 0, n = 0;
+    rdd_wc wc;
+    size_t bad = 0;
     memcpy(p->buf + 64, "ping", 4);
     memset(p->buf, 0, 64);
     rs.addr = (uint64_t)(uintptr_t)p->buf;
@@ -103,13 +152,12 @@ static void send_works(struct pair *p)
     w.num_sge = 1;
     MUST(rdd_qp_post_recv(p->qp[0], &r, 1, &bad));
     MUST(rdd_qp_post_send(p->qp[1], &w, 1, &bad));
-    step_all(p->dev);
-    CHECK_EQ(rdd_cq_poll(p->cq[0], &p->qp[0], 1, wc, 2, &n), RDD_STATUS_OK);
-    CHECK_EQ(n, 1);
-    CHECK_EQ(wc[0].status, RDD_WC_SUCCESS);
-    CHECK_EQ(rdd_cq_poll(p->cq[1], &p->qp[1], 1, wc, 2, &n), RDD_STATUS_OK);
-    CHECK_EQ(n, 1);
-    CHECK_EQ(wc[0].status, RDD_WC_SUCCESS);
+    poll_one(p, 0, &wc);
+    CHECK_EQ(wc.wr_id, 7);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
+    poll_one(p, 1, &wc);
+    CHECK_EQ(wc.wr_id, 8);
+    CHECK_EQ(wc.status, RDD_WC_SUCCESS);
     CHECK(memcmp(p->buf, "ping", 4) == 0);
 }
 
@@ -146,18 +194,32 @@ static const struct connect_case CONNECT_CASES[] = {
     {CF_RNR_RETRY, "rnr_retry = 8", RDD_STATUS_INVALID_ATTRIBUTE},
     {CF_RETRY_CNT, "retry_cnt = 8", RDD_STATUS_INVALID_ATTRIBUTE},
     {CF_SL, "sl = 16", RDD_STATUS_INVALID_ATTRIBUTE},
-    /* Refused by the device at RTS, after INIT and RTR: rolled back. */
+    /* Refused at RTS, after INIT and RTR (rxe: the kernel took both; on
+     * the direct path rdma-direct refuses it, the kernel's MODIFY_QP has
+     * no rate-limit field; on the fallback libibverbs): rolled back. */
     {CF_RATE_LIMIT, "a rate limit the device cannot pace", RDD_STATUS_UNSUPPORTED},
     {CF_NULL_REMOTE, "remote NULL", RDD_STATUS_NULL_PARAMETER},
     {CF_BAD_HANDLE, "a forged QP handle", RDD_STATUS_INVALID_HANDLE},
     {CF_NULL_QP, "qp NULL", RDD_STATUS_NULL_PARAMETER},
 };
 
+/* What a case gets on the device under test: on iWARP every connect
+ * whose arguments are readable is UNSUPPORTED. */
+static rdd_status connect_want(const struct connect_case *c)
+{
+    if (g_kind != REFUSAL_SIW || c->field == CF_NULL_REMOTE || c->field == CF_BAD_HANDLE ||
+        c->field == CF_NULL_QP) {
+        return c->want;
+    }
+    return RDD_STATUS_UNSUPPORTED;
+}
+
 static void test_connect_refusals(void)
 {
     size_t i;
     for (i = 0; i < sizeof CONNECT_CASES / sizeof CONNECT_CASES[0]; i++) {
         const struct connect_case *c = &CONNECT_CASES[i];
+        rdd_status want = connect_want(c);
         struct pair p;
         rdd_qp_info i0, i1, remote;
         rdd_connect_attr attr = {0, 7, 7, 0, 0};
@@ -168,7 +230,9 @@ static void test_connect_refusals(void)
         pair_open(&p);
         MUST(rdd_qp_query_info(p.qp[0], &i0));
         MUST(rdd_qp_query_info(p.qp[1], &i1));
-        MUST(rdd_qp_connect(p.qp[1], &i0, NULL));
+        if (g_kind != REFUSAL_SIW) {
+            MUST(rdd_qp_connect(p.qp[1], &i0, NULL));
+        }
         target = p.qp[0];
         remote = i1;
         switch (c->field) {
@@ -191,16 +255,24 @@ static void test_connect_refusals(void)
                            : c->field == CF_NULL_QP ? NULL
                                                     : target,
                            rp, &attr);
-        if (s != c->want) {
-            fprintf(stderr, "connect case '%s': got %s\n", c->what, rdd_status_name(s));
+        if (s != want) {
+            fprintf(stderr, "%s: connect case '%s': got %s, want %s\n",
+                    g_dev_name ? g_dev_name : "soft", c->what, rdd_status_name(s),
+                    rdd_status_name(want));
         }
-        CHECK_EQ(s, c->want);
+        CHECK_EQ(s, want);
         after = query(target);
         CHECK_BYTES(&after, &before, sizeof before);
         CHECK_EQ(after.state, RDD_QP_STATE_RESET);
         CHECK_EQ(after.connected, 0);
         /* The same call with valid values then succeeds. */
         MUST(rdd_qp_set_rate_limit(target, 0));
+        if (g_kind == REFUSAL_SIW) {
+            /* No connect succeeds on iWARP from C. */
+            CHECK_EQ(rdd_qp_connect(target, &i1, NULL), RDD_STATUS_UNSUPPORTED);
+            pair_close(&p);
+            continue;
+        }
         CHECK_EQ(rdd_qp_connect(target, &i1, NULL), RDD_STATUS_OK);
         after = query(target);
         CHECK_EQ(after.state, RDD_QP_STATE_RTS);
@@ -270,6 +342,31 @@ static const struct init_case INIT_CASES[] = {
     {"flags: an unknown bit", {64, 64, 4, 4, 64, 2}, RDD_STATUS_INVALID_ARGUMENT},
 };
 
+/* The same fields on a kernel device, with values above what any of them
+ * takes (C cannot see the device's own limits; tests/verbs_device's
+ * refusals_create tries one above each). */
+static const struct init_case KERNEL_INIT_CASES[] = {
+    {"max_send_wr 0", {0, 64, 4, 4, 64, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"max_send_wr 2^30", {1u << 30, 64, 4, 4, 64, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"max_recv_wr 2^30", {64, 1u << 30, 4, 4, 64, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"max_send_sge 4096", {64, 64, 4096, 4, 64, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"max_recv_sge 4096", {64, 64, 4, 4096, 64, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"max_inline_data 2^16", {64, 64, 4, 4, 1u << 16, 0}, RDD_STATUS_INVALID_ATTRIBUTE},
+    {"flags: an unknown bit", {64, 64, 4, 4, 64, 2}, RDD_STATUS_INVALID_ARGUMENT},
+};
+
+/* rdd_device_open_soft: the CQE size (software device only). */
+static void test_soft_config_refusal(void)
+{
+    rdd_device *dout = (rdd_device *)SENTINEL;
+    rdd_soft_config cfg = {32, 0};
+    CHECK_EQ(rdd_device_open_soft(&cfg, &dout), RDD_STATUS_INVALID_ARGUMENT);
+    CHECK(dout == (rdd_device *)SENTINEL);
+    cfg.cqe_size = 128;
+    MUST(rdd_device_open_soft(&cfg, &dout));
+    MUST(rdd_device_close(dout));
+}
+
 static void test_create_refusals(void)
 {
     rdd_device *dev, *dev2;
@@ -277,40 +374,47 @@ static void test_create_refusals(void)
     rdd_cq *cq, *cq2, *small;
     rdd_qp *qp;
     rdd_mr *mr;
-    rdd_device *dout = (rdd_device *)SENTINEL;
     rdd_cq *cout = (rdd_cq *)SENTINEL;
     rdd_qp *qout = (rdd_qp *)SENTINEL;
     rdd_mr *mout = (rdd_mr *)SENTINEL;
-    rdd_soft_config cfg = {32, 0};
+    rdd_soft_config cfg = {128, 0};
+    const struct init_case *cases = g_kind == REFUSAL_SOFT ? INIT_CASES : KERNEL_INIT_CASES;
+    size_t ncases = g_kind == REFUSAL_SOFT ? sizeof INIT_CASES / sizeof INIT_CASES[0]
+                                           : sizeof KERNEL_INIT_CASES / sizeof KERNEL_INIT_CASES[0];
     uint64_t depth = 0, committed = 0;
     uint32_t need = 0;
     size_t i;
-    /* rdd_device_open_soft: the CQE size. */
-    CHECK_EQ(rdd_device_open_soft(&cfg, &dout), RDD_STATUS_INVALID_ARGUMENT);
-    CHECK(dout == (rdd_device *)SENTINEL);
-    cfg.cqe_size = 128;
-    MUST(rdd_device_open_soft(&cfg, &dev));
+    if (g_kind == REFUSAL_SOFT) {
+        MUST(rdd_device_open_soft(&cfg, &dev)); /* 128-byte CQEs */
+    } else {
+        target_open(&dev);
+    }
     MUST(rdd_pd_alloc(dev, &pd));
-    /* rdd_cq_create: the depth. */
+    /* rdd_cq_create: the depth (above the software device's limit; a
+     * kernel device's limit is not visible from C, UINT32_MAX is above
+     * all of them). */
     CHECK_EQ(rdd_cq_create(dev, 0, &cout), RDD_STATUS_INVALID_ATTRIBUTE);
-    CHECK_EQ(rdd_cq_create(dev, 32768, &cout), RDD_STATUS_INVALID_ATTRIBUTE);
+    if (g_kind == REFUSAL_SOFT) {
+        CHECK_EQ(rdd_cq_create(dev, 32768, &cout), RDD_STATUS_INVALID_ATTRIBUTE);
+    }
     CHECK_EQ(rdd_cq_create(dev, UINT32_MAX, &cout), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK(cout == (rdd_cq *)SENTINEL);
     MUST(rdd_device_cq_depth_for(dev, &DEFAULT_INIT, 1, &need));
     MUST(rdd_cq_create(dev, need, &cq));
     /* rdd_qp_create: every init field; the CQ's account is untouched. */
-    for (i = 0; i < sizeof INIT_CASES / sizeof INIT_CASES[0]; i++) {
-        rdd_status s = rdd_qp_create(pd, cq, cq, &INIT_CASES[i].init, &qout);
-        if (s != INIT_CASES[i].want) {
-            fprintf(stderr, "init case '%s': got %s\n", INIT_CASES[i].what, rdd_status_name(s));
+    for (i = 0; i < ncases; i++) {
+        rdd_status s = rdd_qp_create(pd, cq, cq, &cases[i].init, &qout);
+        if (s != cases[i].want) {
+            fprintf(stderr, "%s: init case '%s': got %s\n", g_dev_name ? g_dev_name : "soft",
+                    cases[i].what, rdd_status_name(s));
         }
-        CHECK_EQ(s, INIT_CASES[i].want);
+        CHECK_EQ(s, cases[i].want);
         CHECK(qout == (rdd_qp *)SENTINEL);
         MUST(rdd_cq_budget(cq, &depth, &committed));
         CHECK_EQ(committed, 0);
     }
     /* A CQ of another device. */
-    MUST(rdd_device_open_soft(NULL, &dev2));
+    target_open(&dev2);
     MUST(rdd_cq_create(dev2, need, &cq2));
     CHECK_EQ(rdd_qp_create(pd, cq2, cq2, NULL, &qout), RDD_STATUS_INVALID_ARGUMENT);
     CHECK_EQ(rdd_qp_create(pd, cq, cq2, NULL, &qout), RDD_STATUS_INVALID_ARGUMENT);
@@ -545,15 +649,32 @@ static void test_names(void)
     CHECK(rdd_status_name(RDD_STATUS_SQ_FULL) == rdd_status_name(RDD_STATUS_SQ_FULL));
 }
 
-static int run_refusal_tests(const char *name)
+/* Everything, on the software device. */
+static inline int run_refusal_tests(const char *name)
 {
+    g_kind = REFUSAL_SOFT;
+    g_dev_name = NULL;
     test_connect_refusals();
     test_connect_twice();
+    test_soft_config_refusal();
     test_create_refusals();
     test_cq_depth_for();
     test_qp_query();
     test_names();
     return h_finish(name);
+}
+
+/* The connect and create tables on kernel device `dev_name` (rxe or siw,
+ * `kind`); the caller reports with h_finish. */
+static inline void run_device_refusal_tests(enum refusal_kind kind, const char *dev_name)
+{
+    g_kind = kind;
+    g_dev_name = dev_name;
+    test_connect_refusals();
+    if (kind != REFUSAL_SIW) {
+        test_connect_twice();
+    }
+    test_create_refusals();
 }
 
 #endif

@@ -11,7 +11,13 @@
  * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
  * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). On
  * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
- * queues to hand to the raw-queue level).
+ * queues to hand to the raw-queue level). Then the refusal tables of
+ * refusals.h (shared with test_refusals.c on the software device): every
+ * parameter of rdd_qp_connect, rdd_cq_create, rdd_qp_create and
+ * rdd_mr_reg refused with its status and nothing changed, on rxe (where a
+ * rate limit is refused after the kernel took INIT and RTR, and the QP
+ * must be back in RESET and connect again) and on siw (connects are
+ * UNSUPPORTED there, the create table applies).
  * Without RXE_DEV/SIW_DEV (a host without RDMA) it prints NOT RUN, unless
  * IN_RDMA_VM=1, where that is a failure.
  */
@@ -21,6 +27,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "refusals.h"
 
 #define BUF 4096u
 #define ALL_REMOTE (RDD_ACCESS_REMOTE_WRITE | RDD_ACCESS_REMOTE_READ | RDD_ACCESS_REMOTE_ATOMIC)
@@ -481,9 +488,11 @@ int main(void)
     }
     if (rxe) {
         test_rxe(rxe);
+        run_device_refusal_tests(REFUSAL_RXE, rxe);
     }
     if (siw) {
         test_siw(siw);
+        run_device_refusal_tests(REFUSAL_SIW, siw);
     }
     return h_finish("test_verbs");
 }

@@ -27,6 +27,8 @@ use rdma_direct::{Error, RecvWr, Remote, SendFlags, SendOp, SendWr};
 
 mod common;
 use common::*;
+#[path = "support/control_refusals.rs"]
+mod control_refusals;
 #[path = "support/responder_errors.rs"]
 mod responder_errors;
 
@@ -37,6 +39,7 @@ include!("verbs_device/connect.rs");
 include!("verbs_device/errors.rs");
 include!("verbs_device/exposure.rs");
 include!("verbs_device/responder.rs");
+include!("verbs_device/refusals.rs");
 
 #[test]
 fn host_reports_missing_devices() {
