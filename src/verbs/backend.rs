@@ -151,11 +151,13 @@ impl Backend for VerbsDevice {
     }
 
     fn create_cq(&self, depth: u32) -> Result<RawCq> {
-        if let Some((kind, _)) = self.direct {
-            return self.create_direct_cq(kind, depth);
-        }
+        // Checked before either path: the direct rings would otherwise
+        // take a depth of 0 as 1 (found by tests/verbs_device/refusals.rs).
         if depth == 0 || (self.caps.max_cqe != 0 && depth > self.caps.max_cqe) {
             return Err(Error::InvalidAttribute);
+        }
+        if let Some((kind, _)) = self.direct {
+            return self.create_direct_cq(kind, depth);
         }
         // SAFETY: live context.
         let ch = unsafe { sys::ibv_create_comp_channel(self.ctx.ctx) };
