@@ -68,6 +68,8 @@ mod ops_driver_tests;
 #[cfg(test)]
 mod ops_tests;
 #[cfg(test)]
+mod recover_tests;
+#[cfg(test)]
 mod tests;
 
 pub use cq::*;

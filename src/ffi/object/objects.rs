@@ -252,6 +252,18 @@ impl QpImpl {
         }
     }
 
+    /// Rings the sends and publishes the receives posted with
+    /// `RDD_SEND_DEFER_DOORBELL` and not rung yet (as `rdd_qp_ring` does,
+    /// without counting a doorbell): until then the device does not know
+    /// that work, so it would never flush it. A driver path defers
+    /// nothing.
+    pub(super) fn ring_deferred(&mut self) {
+        if let QpImpl::Mlx5(q) = self {
+            q.rq.ring();
+            q.sq.ring();
+        }
+    }
+
     /// Recovery's drain marker (see `api::Qp::drain_and_reset`).
     pub(super) fn post_drain_marker(&mut self) -> crate::error::Result<bool> {
         match self {

@@ -123,6 +123,11 @@ pub unsafe extern "C" fn rdd_qp_recover(
             &mut list.as_mut_slice()[0],
             &QpModify::to(QpState::Error)
         ));
+        // Deferred work not rung yet would never be flushed: the device
+        // sees only what the doorbell record publishes (docs/spec/mlx5.md
+        // §6, §7). The drain marker's doorbell would cover deferred sends,
+        // but a queue full of them has no room for the marker.
+        list.as_mut_slice()[0].q.get_mut().ring_deferred();
         let outstanding = |l: &mut QpList| l.as_mut_slice()[0].q.get_mut().outstanding();
         let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
         let mut reported = 0u64;
