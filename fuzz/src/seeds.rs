@@ -12,6 +12,7 @@ use rdma_direct::{Remote, SendOp};
 
 use crate::SeedWriter;
 
+mod recover;
 mod submit;
 
 /// Op codes of `wqe_encode` (the op byte is taken modulo 16).
@@ -1030,6 +1031,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     }
     for (name, bytes) in submit::seeds() {
         v.push(("submit_ops", name, bytes));
+    }
+    for (name, bytes) in recover::seeds() {
+        v.push(("recover_ops", name, bytes));
     }
     v
 }
