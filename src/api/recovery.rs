@@ -100,6 +100,13 @@ impl<B: Backend> Qp<B> {
         // dropped connection), and the data path takes back work the
         // device will never complete (see `verbs::direct`).
         self.modify(&QpModify::to(QpState::Error))?;
+        // Sends a driver deferred (`Qp::post_send_deferred`) reach the
+        // device now, so it flushes them even when the ring has no room
+        // left for the drain marker (which would ring them too). A failed
+        // system call leaves them owed to the marker.
+        if let QpPath::Driver(p) = &mut self.path {
+            let _ = p.ring();
+        }
         let deadline = Instant::now() + timeout;
         let mut reported = 0usize;
         let mut out = [Wc::default(); 32];

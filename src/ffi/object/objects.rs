@@ -258,9 +258,18 @@ impl QpImpl {
     /// that work, so it would never flush it. A driver path defers
     /// nothing.
     pub(super) fn ring_deferred(&mut self) {
-        if let QpImpl::Mlx5(q) = self {
-            q.rq.ring();
-            q.sq.ring();
+        match self {
+            QpImpl::Mlx5(q) => {
+                q.rq.ring();
+                q.sq.ring();
+            }
+            QpImpl::Driver(p) => {
+                // rxe: publishes deferred sends so the kernel flushes them
+                // (the drain marker would, but a full ring has no room for
+                // it); siw took them back when the QP moved to ERROR. A
+                // failed system call leaves them owed to the marker.
+                let _ = p.ring();
+            }
         }
     }
 
