@@ -237,7 +237,8 @@ unsafe fn inline_piece<'a>(data: *const u8, length: u32) -> Result<&'a [u8], rdd
 /// forged or not a QP); `RESOURCE_BUSY` (another thread is using the QP);
 /// `INVALID_FLAGS` (any other bit, `RDD_SEND_INLINE` included);
 /// `TOO_MANY_SGES` (a QP granted no send SGE); `LENGTH_OVERFLOW` (`length`
-/// of 2^31 or more); `INVALID_QP_STATE` (not connected, or in error);
+/// of 2^31 or more); `INVALID_QP_STATE` (not connected: RESET, INIT or
+/// RTR; a QP in ERROR accepts the send, which completes flushed);
 /// `SQ_FULL`; `CQ_FULL` (an unguarded send CQ without headroom); on a
 /// kernel device also the provider's refusals (`UNSUPPORTED`,
 /// `PROVIDER_ERROR`). A refused call writes nothing and rings nothing.

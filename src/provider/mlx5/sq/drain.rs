@@ -48,8 +48,9 @@ impl SendQueue {
             return Err(Error::SqFull);
         }
         let nop = SendWr::new(0, SendOp::Nop, &[], SendFlags::NONE);
-        // ERROR closes the queue to posts (`limit` 0); the marker alone is
-        // let through, for this one write.
+        // The limit is set to the whole ring for this one write, whatever
+        // the state left it at (ERROR accepts posts, which the device
+        // flushes; the marker must not depend on that).
         let limit = self.limit;
         self.limit = self.wqe_cnt;
         let mut c = self.cursor();
