@@ -2,6 +2,8 @@
 # CI entry point for the C ABI tests:
 #  1. builds the release staticlib, then builds and runs every C/C++ test
 #     and the C examples, plain and under ASan+UBSan (make check);
+#     then builds examples/c/fuzz_wr_builder.c with clang's libFuzzer and
+#     runs it briefly (make check-fuzz-example);
 #  2. builds a ThreadSanitizer-instrumented staticlib with the pinned
 #     nightly and runs the threaded submission-service test and example
 #     under TSan (make check-tsan; the first build takes about 4 minutes);
@@ -18,6 +20,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 make -C "$here" check
+# The C libFuzzer example (examples/c/fuzz_wr_builder.c): clang's
+# -fsanitize=fuzzer; scripts/install-deps.sh installs clang.
+make -C "$here" check-fuzz-example
 
 # shellcheck source=scripts/toolchains.sh
 . "$root/scripts/toolchains.sh"

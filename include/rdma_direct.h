@@ -2032,6 +2032,55 @@ rdd_status rdd_mlx5_sq_post_ring(struct rdd_mlx5_sq_storage *sq,
 rdd_status rdd_mlx5_sq_ring(struct rdd_mlx5_sq_storage *sq);
 
 /**
+ * Checks the send work requests `wrs[0..n]` against the rules of a send
+ * queue created with `caps`, and returns exactly the status
+ * `rdd_mlx5_sq_post` or `rdd_mlx5_sq_post_ring` would return for them on
+ * a send queue initialised with those capabilities that is ready to send
+ * and has room for them all (and `rdd_qp_post_send` on a QP of the
+ * software device, whose send queue is the same mlx5 queue).
+ * Nothing is posted and no device or queue is needed; only
+ * `*out_bad_index` is written, on the same terms as the posts.
+ *
+ * The requests are checked in order and the first refused one decides:
+ * its status is returned and `*out_bad_index` is its index. On `OK`
+ * every request would be posted and `*out_bad_index` is not written.
+ *
+ * Statuses:
+ * - `OK`: every request is acceptable.
+ * - `NULL_PARAMETER`: `caps`, `wrs` or `out_bad_index` is NULL (nothing
+ *   is written).
+ * - `INVALID_GEOMETRY`: no send queue can be created with `caps` (its
+ *   largest WQE would not fit the 6-bit DS field; `rdd_mlx5_sq_init`
+ *   refuses such capabilities); `*out_bad_index` is not written.
+ * - `INVALID_ARGUMENT`: the `wrs` array is misaligned or too large to
+ *   address (`*out_bad_index` = 0), or a request's `sg_list` is
+ *   misaligned.
+ * - The work-request statuses of the posts, for the first refused
+ *   request: `INVALID_FLAGS` (a bit outside `RDD_SEND_*`),
+ *   `INVALID_OPCODE`, `INVALID_IMMEDIATE` (non-zero `imm_data` on an
+ *   opcode without one), `NULL_POINTER` (NULL `sg_list` with `num_sge >
+ *   0`, or a NULL inline piece with a non-zero length), `TOO_MANY_SGES`,
+ *   `ATOMIC_SGE_LENGTH`, `LENGTH_OVERFLOW`, `INLINE_NOT_ALLOWED`,
+ *   `INLINE_TOO_LARGE`, `ATOMIC_UNALIGNED`.
+ *
+ * A post can also refuse for reasons that depend on the queue, which this
+ * call never returns: `SQ_FULL`, `INVALID_QP_STATE`, `INVALID_HANDLE`
+ * (and `CQ_FULL` of the object-level posts).
+ *
+ * # Safety
+ * `caps` is valid for a read (it is copied; no alignment needed); `wrs`
+ * points to `n` readable `rdd_wr`, each `sg_list` to `num_sge` readable
+ * entries, and for `RDD_SEND_INLINE` requests each entry with a non-zero
+ * length to that many readable bytes (as for `rdd_mlx5_sq_post`; the
+ * bytes are not read, only the pointers checked); `out_bad_index` is
+ * valid for a write.
+ */
+rdd_status rdd_wr_check(const struct rdd_qp_caps *caps,
+                        const struct rdd_wr *wrs,
+                        size_t n,
+                        size_t *out_bad_index);
+
+/**
  * Initialises a receive-queue handle in `rq` over the RQ half of `qp`.
  * `wrid` is a table of at least `qp->rq_wqe_cnt` ids used for the
  * handle's whole life. Same storage and error rules as

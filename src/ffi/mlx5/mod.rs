@@ -18,6 +18,8 @@ mod shapes;
 
 mod sq;
 
+mod wr_check;
+
 mod rq;
 
 mod ops;
@@ -47,6 +49,7 @@ pub use rq::*;
 pub use sq::*;
 pub use storage::*;
 pub use wc::*;
+pub use wr_check::*;
 
 // ---------------------------------------------------------------------
 // Helpers

@@ -169,7 +169,7 @@ unsafe fn send_post_args<'a>(
 /// [`crate::ffi::wr::parse_send`] and the posting contract of
 /// [`SendQueue::post`] hold for each.
 #[inline(always)]
-unsafe fn post_each(
+pub(super) unsafe fn post_each(
     wrs: *const rdd_wr,
     n: usize,
     mut poster: impl Poster,
@@ -193,7 +193,7 @@ unsafe fn post_each(
 /// # Safety
 /// `out_bad_index` is non-NULL and valid for a write.
 #[inline(always)]
-unsafe fn send_post_status(
+pub(super) unsafe fn send_post_status(
     failed: Option<(usize, rdd_status)>,
     out_bad_index: *mut usize,
 ) -> rdd_status {

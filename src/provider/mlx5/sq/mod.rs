@@ -7,6 +7,7 @@
 //! `wqe_cnt - (pi - retired)`. A completion for the WQE that starts at BB
 //! `X` retires everything up to the end of that WQE, signaled or not.
 
+mod check;
 mod config;
 mod doorbell;
 mod drain;
@@ -17,7 +18,7 @@ use core::ptr::NonNull;
 
 use super::completion;
 pub use super::completion::{QpState, Retired};
-use super::layout::{ctrl_flags, Mlx5dvQp, MAX_DS, SEND_WQE_BB};
+use super::layout::{ctrl_flags, Mlx5dvQp, SEND_WQE_BB};
 use crate::error::{Error, Result};
 use crate::wr::QpCaps;
 pub use config::{BfPolicy, SqConfig, WrSlot};
@@ -110,7 +111,7 @@ pub struct SendQueue {
 unsafe impl Send for SendQueue {}
 
 /// Size of the largest WQE this queue can build, in octowords.
-const fn max_ds(caps: &QpCaps) -> u32 {
+pub(super) const fn max_ds(caps: &QpCaps) -> u32 {
     let sge = 2 + caps.max_send_sge;
     let inl = 2 + (4 + caps.max_inline_data).div_ceil(16);
     let atomic = 4;
@@ -145,7 +146,7 @@ const FM_CE_SE: [u8; 16] = {
 };
 
 /// [`SendQueue::flag_words`] for a QP with or without `sig_all`.
-const fn flag_words(sig_all: bool) -> [[u32; 2]; 16] {
+pub(super) const fn flag_words(sig_all: bool) -> [[u32; 2]; 16] {
     let mut t = [[0u32; 2]; 16];
     let mut f = 0;
     while f < 16 {
@@ -208,9 +209,10 @@ impl SendQueue {
         {
             return Err(Error::InvalidGeometry);
         }
+        SendQueue::check_caps(&caps)?;
         let mds = max_ds(&caps);
         let max_nbb = mds.div_ceil(4);
-        if mds > MAX_DS || max_nbb > cnt {
+        if max_nbb > cnt {
             return Err(Error::InvalidGeometry);
         }
         if wrid_len < cnt as usize {

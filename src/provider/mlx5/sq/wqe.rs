@@ -196,6 +196,19 @@ impl SendQueue {
     /// [`SendQueue::plan`] against `caps` (this queue's, or a copy).
     #[inline(always)]
     fn plan_with(&self, wr: &SendWr<'_>, caps: &QpCaps) -> Result<Plan> {
+        Self::plan_for(wr, caps, &self.flag_words)
+    }
+
+    /// Validates a WR against `caps` and works out its WQE, with the
+    /// flag table `flag_words` (a queue's [`SendQueue::flag_words`]): every
+    /// rule a post applies before it looks at ring space and QP state.
+    /// Needs no queue, so [`SendQueue::check`] runs exactly this code.
+    #[inline(always)]
+    pub(super) fn plan_for(
+        wr: &SendWr<'_>,
+        caps: &QpCaps,
+        flag_words: &[[u32; 2]; 16],
+    ) -> Result<Plan> {
         let shape = crate::wr::validate_send(wr, caps)?;
         let (mlx_op, hdr_ds, imm) = match wr.op {
             SendOp::Send => (opcode::SEND, 1, 0),
@@ -222,7 +235,7 @@ impl SendQueue {
         };
         // Capabilities bound DS by MAX_DS (checked at construction).
         let ds = hdr_ds + data_ds;
-        let [fm_word, slot_word] = self.flag_words[(wr.flags.0 & 0xf) as usize];
+        let [fm_word, slot_word] = flag_words[(wr.flags.0 & 0xf) as usize];
         Ok(Plan {
             mlx_op,
             hdr_ds,
