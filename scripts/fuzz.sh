@@ -2,10 +2,13 @@
 # Fuzz smoke run (CONTRIBUTING.md, fuzz/README.md).
 #
 # Builds every cargo-fuzz target in fuzz/, checks the committed seeds are
-# current, then runs each target for FUZZ_SECONDS (default 30) starting from
-# a scratch copy of fuzz/seeds/<target>/ (plus the reproducers of past
-# findings in fuzz/regressions/<target>/, if any) in fuzz/corpus/<target>/;
-# libFuzzer replays that whole corpus before it mutates anything. Any
+# current, then runs each target for FUZZ_SECONDS (default 30; the lean
+# targets wr_check, wqe_one and cqe_one FUZZ_LEAN_SECONDS, default 15)
+# starting from a scratch copy of fuzz/seeds/<target>/ (plus the
+# reproducers of past findings in fuzz/regressions/<target>/ and the
+# committed minimised campaign corpus fuzz/merged/<target>/, if any) in
+# fuzz/corpus/<target>/; libFuzzer replays that whole corpus before it
+# mutates anything. Any
 # crash, assertion failure, timeout, leak or OOM fails the script; the
 # reproducer stays in fuzz/artifacts/<target>/ and the command to replay it
 # is printed.
@@ -24,6 +27,10 @@
 set -euo pipefail
 
 seconds=${FUZZ_SECONDS:-30}
+lean_seconds=${FUZZ_LEAN_SECONDS:-15}
+# The lean targets run thousands of times faster than the deep ones: a
+# short smoke run already executes hundreds of thousands of inputs.
+lean_targets=" wr_check wqe_one cqe_one "
 # Per-input time limit: anything slower than this is reported as a hang.
 input_timeout=${FUZZ_INPUT_TIMEOUT:-10}
 
@@ -72,13 +79,20 @@ for t in "${targets[@]}"; do
     if [ -d "regressions/$t" ]; then
         cp "regressions/$t"/* "$corpus"/
     fi
+    if [ -d "merged/$t" ]; then
+        cp "merged/$t"/* "$corpus"/
+    fi
+    secs=$seconds
+    case "$lean_targets" in
+        *" $t "*) secs=$lean_seconds ;;
+    esac
     log=$(mktemp "${TMPDIR:-/tmp}/fuzz-$t.XXXXXX")
     # Artifacts newer than this marker were written by this run.
     marker=$(mktemp "${TMPDIR:-/tmp}/fuzz-$t-start.XXXXXX")
-    echo "== fuzz: $t for ${seconds}s from $(find "$corpus" -type f | wc -l) inputs (seeds, regressions)"
+    echo "== fuzz: $t for ${secs}s from $(find "$corpus" -type f | wc -l) inputs (seeds, regressions, merged corpus)"
     set +e
     cargo +"$RDD_NIGHTLY" fuzz run "$t" "$corpus" -- \
-        -max_total_time="$seconds" \
+        -max_total_time="$secs" \
         -timeout="$input_timeout" \
         -print_final_stats=1 >"$log" 2>&1
     rc=$?

@@ -9,6 +9,8 @@
 //!   errors a work request deserves, and the WQE it must become. It is
 //!   written from the documented rules (`wr.rs`, docs/spec/mlx5.md §2–§5 and
 //!   `mlx5dv.h`) and never calls the crate's validation or encoder.
+//! - [`rules`]: the same rules as an ordered model (the one error a post
+//!   reports), for the lean `wr_check` target.
 //! - [`pattern`]: position-dependent fill bytes, so a stray write of any
 //!   value is visible.
 //!
@@ -522,5 +524,11 @@ pub mod send {
     }
 }
 
+pub mod rules;
+
+#[cfg(test)]
+mod regressions;
 #[cfg(test)]
 mod seeds;
+#[cfg(test)]
+mod seeds_lean;

@@ -1035,6 +1035,7 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     for (name, bytes) in recover::seeds() {
         v.push(("recover_ops", name, bytes));
     }
+    v.extend(crate::seeds_lean::all());
     v
 }
 
