@@ -33,7 +33,7 @@
 # shellcheck disable=SC2034
 {
 RDD_NIGHTLY=nightly-2026-05-20
-RDD_NIGHTLY_COMPONENTS=(miri rust-src rustfmt)
+RDD_NIGHTLY_COMPONENTS=(miri rust-src rustfmt llvm-tools)
 CARGO_FUZZ_VERSION=0.13.2
 CBINDGEN_VERSION=0.29.2
 }
