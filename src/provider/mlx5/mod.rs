@@ -8,6 +8,7 @@ pub mod layout;
 pub mod rq;
 pub mod shared;
 pub mod sq;
+pub mod srq;
 
 pub use cq::{
     CompletionQueue, CqRoute, CqRouteTo, Mlx5Qp, QpQueues, SqRetire, Wc, WcOpcode, WcStatus,
@@ -15,4 +16,8 @@ pub use cq::{
 pub use layout::{Mlx5dvCq, Mlx5dvQp};
 pub use rq::RecvQueue;
 pub use shared::{SharedSendQueue, SharedStorage, SqRetirer};
-pub use sq::{BfPolicy, QpState, Retired, SendBatch, SendQueue, SqConfig, WrSlot};
+pub use sq::{
+    AhAttr, BfPolicy, GlobalRoute, LinkLayer, Mlx5Av, QpState, Retired, SendBatch, SendQueue,
+    SqConfig, UdDest, WrSlot,
+};
+pub use srq::{Srq, SrqGeometry, SrqSlot};

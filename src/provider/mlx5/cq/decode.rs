@@ -212,7 +212,83 @@ fn scatter(src: &[u8], len: u32, for_each: impl FnOnce(&mut dyn FnMut(u64, u32) 
     });
 }
 
+/// The responder fields of a successful receive CQE
+/// (docs/spec/mlx5.md §8): opcode, flags, immediate, byte count, and the
+/// sender's QP, SL, GRH flag, LID, path bits and P_Key index (UD).
+#[inline(always)]
+fn responder_fields(wc: &mut Wc, c: &Cqe64, op: u8) {
+    wc.byte_len = c.byte_cnt.get();
+    let iip = c.imm_inval_pkey.get();
+    match op {
+        cqe_opcode::RESP_WR_IMM => {
+            wc.opcode = WcOpcode::RECV_RDMA_WITH_IMM;
+            wc.wc_flags = wc_flags::WITH_IMM;
+            wc.imm_data = iip;
+        }
+        cqe_opcode::RESP_SEND => wc.opcode = WcOpcode::RECV,
+        cqe_opcode::RESP_SEND_IMM => {
+            wc.opcode = WcOpcode::RECV;
+            wc.wc_flags = wc_flags::WITH_IMM;
+            wc.imm_data = iip;
+        }
+        _ => {
+            wc.opcode = WcOpcode::RECV;
+            wc.wc_flags = wc_flags::WITH_INV;
+            wc.imm_data = iip;
+        }
+    }
+    let fr = c.flags_rqpn.get();
+    wc.src_qp = fr & 0x00ff_ffff;
+    wc.sl = ((fr >> 24) & 0xf) as u8;
+    if (fr >> 28) & 3 != 0 {
+        wc.wc_flags |= wc_flags::GRH;
+    }
+    wc.slid = c.slid.get();
+    wc.dlid_path_bits = c.ml_path & 0x7f;
+    wc.pkey_index = (iip & 0xffff) as u16;
+}
+
 impl CompletionQueue {
+    /// A responder or receive-error CQE of a QP that receives through an
+    /// SRQ, whose WQE has completed as `wr_id` (docs/spec/mlx5.md §11).
+    /// Scatter-to-CQE into SRQ buffers is not done: such an entry is
+    /// [`Error::CqeCorrupt`] (create SRQ QPs with scatter-to-CQE off).
+    #[cold]
+    fn decode_srq<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
+        route: &mut R,
+        c: &Cqe64,
+        op: u8,
+        format: u8,
+        qpn: u32,
+        wr_id: u64,
+    ) -> Result<Step> {
+        let mut wc = Wc {
+            qp_num: qpn,
+            wr_id,
+            ..Wc::default()
+        };
+        if op == cqe_opcode::RESP_ERR {
+            // SAFETY: ErrCqe is the same 64 bytes; the syndrome bytes are
+            // at fixed offsets of the caller's local copy.
+            let raw: &[u8; 64] = unsafe { &*(c as *const Cqe64 as *const [u8; 64]) };
+            wc.status = WcStatus::from_syndrome(raw[55]);
+            wc.vendor_err = raw[54] as u32;
+            wc.syndrome = raw[55];
+            wc.opcode = WcOpcode::RECV;
+            // The hardware has moved the QP to the error state.
+            if let Some(q) = route.route_to(qpn) {
+                q.sq.set_error();
+                q.rq.set_state(QpState::Error);
+            }
+        } else {
+            if format != cqe_format::NORMAL {
+                return Err(Error::CqeCorrupt);
+            }
+            responder_fields(&mut wc, c, op);
+        }
+        Ok(Step::Out(wc))
+    }
+
     /// Decodes any owned entry: responder and error CQEs, inline data,
     /// corrupt entries.
     #[inline(always)]
@@ -238,6 +314,22 @@ impl CompletionQueue {
         let sdq = c.sop_drop_qpn.get();
         let qpn = sdq & 0x00ff_ffff;
         let counter = c.wqe_counter.get();
+        if matches!(
+            op,
+            cqe_opcode::RESP_WR_IMM
+                | cqe_opcode::RESP_SEND
+                | cqe_opcode::RESP_SEND_IMM
+                | cqe_opcode::RESP_SEND_INV
+                | cqe_opcode::RESP_ERR
+        ) {
+            // With a route that has no SRQs this is `None` at compile time.
+            let srq_id = route
+                .srq_for(qpn, c.srqn_uidx.get() & 0x00ff_ffff)
+                .map(|srq| srq.complete(counter));
+            if let Some(id) = srq_id {
+                return Self::decode_srq(route, c, op, format, qpn, id?);
+            }
+        }
         let Some(q) = route.route_to(qpn) else {
             if <R as CqRouteTo<S>>::busy(route) {
                 // The QP is the route's but in use elsewhere: stop here and
@@ -278,35 +370,7 @@ impl CompletionQueue {
             | cqe_opcode::RESP_SEND_INV => {
                 let (id, slot) = q.rq.complete(counter).ok_or(Error::CqeCorrupt)?;
                 wc.wr_id = id;
-                wc.byte_len = c.byte_cnt.get();
-                let iip = c.imm_inval_pkey.get();
-                match op {
-                    cqe_opcode::RESP_WR_IMM => {
-                        wc.opcode = WcOpcode::RECV_RDMA_WITH_IMM;
-                        wc.wc_flags = wc_flags::WITH_IMM;
-                        wc.imm_data = iip;
-                    }
-                    cqe_opcode::RESP_SEND => wc.opcode = WcOpcode::RECV,
-                    cqe_opcode::RESP_SEND_IMM => {
-                        wc.opcode = WcOpcode::RECV;
-                        wc.wc_flags = wc_flags::WITH_IMM;
-                        wc.imm_data = iip;
-                    }
-                    _ => {
-                        wc.opcode = WcOpcode::RECV;
-                        wc.wc_flags = wc_flags::WITH_INV;
-                        wc.imm_data = iip;
-                    }
-                }
-                let fr = c.flags_rqpn.get();
-                wc.src_qp = fr & 0x00ff_ffff;
-                wc.sl = ((fr >> 24) & 0xf) as u8;
-                if (fr >> 28) & 3 != 0 {
-                    wc.wc_flags |= wc_flags::GRH;
-                }
-                wc.slid = c.slid.get();
-                wc.dlid_path_bits = c.ml_path & 0x7f;
-                wc.pkey_index = (iip & 0xffff) as u16;
+                responder_fields(&mut wc, c, op);
                 if format != cqe_format::NORMAL {
                     let rq = &*q.rq;
                     self.scatter_from_cqe(format, cqe_ptr, wc.byte_len, |f| {

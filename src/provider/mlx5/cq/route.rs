@@ -4,6 +4,7 @@
 use crate::provider::mlx5::completion::{QpState, Retired, Wc};
 use crate::provider::mlx5::rq::RecvQueue;
 use crate::provider::mlx5::sq::SendQueue;
+use crate::provider::mlx5::srq::Srq;
 
 /// What the completion poller needs from a send queue: in-order
 /// retirement, the WQE's local buffers (for scatter-to-CQE) and the error
@@ -73,6 +74,16 @@ pub trait CqRoute {
     fn busy(&self) -> bool {
         false
     }
+    /// The SRQ that owns a responder or receive-error completion of QP
+    /// `qpn` whose CQE carries `srqn_uidx` (its low 24 bits: the SRQ
+    /// number with CQE version 0, the QP's user index with version 1;
+    /// docs/spec/mlx5.md §11), if the QP receives through one. The default,
+    /// for routes without SRQs, is `None` (the check then compiles away).
+    #[inline(always)]
+    fn srq_for(&mut self, qpn: u32, srqn_uidx: u32) -> Option<&mut Srq> {
+        let _ = (qpn, srqn_uidx);
+        None
+    }
 }
 
 /// The general form of [`CqRoute`]: routes to any kind of send queue
@@ -85,6 +96,12 @@ pub trait CqRouteTo<S: SqRetire + ?Sized> {
     fn busy(&self) -> bool {
         false
     }
+    /// As [`CqRoute::srq_for`].
+    #[inline(always)]
+    fn srq_for(&mut self, qpn: u32, srqn_uidx: u32) -> Option<&mut Srq> {
+        let _ = (qpn, srqn_uidx);
+        None
+    }
 }
 
 impl<R: CqRoute + ?Sized> CqRouteTo<SendQueue> for R {
@@ -95,6 +112,10 @@ impl<R: CqRoute + ?Sized> CqRouteTo<SendQueue> for R {
     #[inline(always)]
     fn busy(&self) -> bool {
         CqRoute::busy(self)
+    }
+    #[inline(always)]
+    fn srq_for(&mut self, qpn: u32, srqn_uidx: u32) -> Option<&mut Srq> {
+        CqRoute::srq_for(self, qpn, srqn_uidx)
     }
 }
 

@@ -12,6 +12,7 @@ mod config;
 mod doorbell;
 mod drain;
 mod retire;
+mod ud;
 mod wqe;
 
 use core::ptr::NonNull;
@@ -23,6 +24,10 @@ use crate::error::{Error, Result};
 use crate::wr::QpCaps;
 pub use config::{BfPolicy, SqConfig, WrSlot};
 pub use doorbell::SendBatch;
+pub use ud::{
+    flow_label_to_udp_sport, AhAttr, GlobalRoute, LinkLayer, Mlx5Av, UdDest, AV_GRH,
+    EXTENDED_UD_AV, QP_QKEY, UD_HDR_DS,
+};
 pub(crate) use wqe::Plan;
 
 /// Evaluates `$body` in one of several match arms chosen by the WR's
@@ -88,6 +93,9 @@ pub struct SendQueue {
     /// BlueFlame only for inline WQEs.
     bf_inline_only: bool,
     shared_register: bool,
+    /// A UD queue ([`SendQueue::from_raw_ud`]): `limit` stays 0, so only
+    /// [`SendQueue::post_ud`] writes WQEs.
+    ud: bool,
     /// The doorbell may need more than the plain 8-byte store (a BlueFlame
     /// policy is on, or the register is shared): one test in the hot path
     /// sends such queues to [`SendQueue::ring_other`].
@@ -246,6 +254,7 @@ impl SendQueue {
             bf_ds_limit,
             bf_inline_only: cfg.bf_policy == BfPolicy::SingleInlineWqe,
             shared_register: cfg.shared_register,
+            ud: false,
             db_other: bf_ds_limit != 0 || cfg.shared_register,
             caps,
             state: QpState::Rts,
@@ -300,7 +309,11 @@ impl SendQueue {
     /// Records a QP state change made by the control path.
     pub fn set_state(&mut self, s: QpState) {
         self.state = s;
-        self.limit = if s.can_send() { self.wqe_cnt } else { 0 };
+        self.limit = if s.can_send() && !self.ud {
+            self.wqe_cnt
+        } else {
+            0
+        };
     }
     /// Ring base (for the software device and tests).
     #[inline]
@@ -327,7 +340,8 @@ impl SendQueue {
 
     /// Largest WQE this queue builds, in BBs.
     pub(crate) fn max_wqe_bbs(&self) -> u32 {
-        max_ds(&self.caps).div_ceil(4)
+        let ud_extra = if self.ud { ud::UD_HDR_DS } else { 0 };
+        (max_ds(&self.caps) + ud_extra).div_ceil(4)
     }
     /// How many CQEs the signalling guard has requested on unsignaled
     /// WQEs so far (wrapping). Each adds one completion to the CQ that the

@@ -9,22 +9,22 @@ use crate::wr::{Payload, QpCaps, SendOp, SendWr};
 /// A validated WR's WQE: what [`SendQueue::emit`] writes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Plan {
-    mlx_op: u8,
-    hdr_ds: u32,
-    imm: u32,
+    pub(super) mlx_op: u8,
+    pub(super) hdr_ds: u32,
+    pub(super) imm: u32,
     /// DS (octowords).
     pub(crate) ds: u32,
     /// Basic blocks.
     pub(crate) nbb: u32,
     /// `fm_ce_se` as the native value of control-segment bytes 8..11
     /// (the byte in the last position).
-    fm_word: u32,
+    pub(super) fm_word: u32,
     /// The side-table flags as the native value of slot bytes 12..15
     /// (the byte in the last position).
-    slot_word: u32,
+    pub(super) slot_word: u32,
     /// A completion was asked for.
     pub(crate) user_sig: bool,
-    shape: crate::wr::SendShape,
+    pub(super) shape: crate::wr::SendShape,
 }
 
 /// What writing one WQE produced, for its doorbell.
@@ -76,7 +76,11 @@ impl SendQueue {
     /// Why a WQE of `nbb` BBs cannot be posted (cold: only on refusal).
     #[cold]
     fn refusal(&self) -> Error {
-        if self.state.can_send() {
+        if self.ud && self.state.can_send() {
+            // A UD queue takes only `post_ud`: this WR has no address
+            // handle.
+            Error::InvalidAttribute
+        } else if self.state.can_send() {
             Error::SqFull
         } else {
             Error::InvalidQpState
@@ -381,7 +385,7 @@ impl SendQueue {
     /// payload may wrap at the ring end at any byte (docs/spec/mlx5.md §2). Padding after
     /// the payload is not written.
     #[inline]
-    fn write_inline(&self, hdr: *mut u8, len: u32, pieces: &[&[u8]]) {
+    pub(super) fn write_inline(&self, hdr: *mut u8, len: u32, pieces: &[&[u8]]) {
         let ring_bytes = (self.wqe_cnt * SEND_WQE_BB) as usize;
         // SAFETY: the header is 4 bytes at a 16-aligned offset in the ring.
         unsafe { hdr.cast::<Be32>().write(Be32::new(len | INLINE_SEG)) };
