@@ -24,7 +24,8 @@ pub const AV_GRH: u32 = 1 << 30;
 /// Octowords before a UD WQE's data: control (1) + datagram (3).
 pub const UD_HDR_DS: u32 = 4;
 /// A WR's qkey with bit 31 set tells the HCA to use the QP's own qkey
-/// (IBA 10.2.5, "controlled Q_Keys"); the data path copies it as is.
+/// (IBA vol. 1 chapter 10, "controlled" Q_Keys; docs/spec/mlx5.md §11);
+/// the data path copies it as is.
 pub const QP_QKEY: u32 = 0x8000_0000;
 
 /// The mlx5 address vector (`struct mlx5_wqe_av` of rdma-core's
