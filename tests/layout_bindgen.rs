@@ -188,6 +188,62 @@ fn data_seg() {
     });
 }
 
+/// The address vector (UD datagram segment): the first 8 bytes are a
+/// union in C (`qkey` + reserved for UD, the 64-bit DC key for DC).
+#[test]
+fn address_vector() {
+    use rdma_direct::provider::mlx5::Mlx5Av;
+    same_shape!(Mlx5Av, sys::mlx5_wqe_av);
+    // The union's UD member, field by field (a projection through the
+    // union would need `unsafe`).
+    type UdKey = sys::mlx5_wqe_av__bindgen_ty_1__bindgen_ty_1;
+    fields_match!(Mlx5Av, UdKey, base = offset_of!(sys::mlx5_wqe_av, key), {
+        qkey => qkey,
+        reserved => reserved,
+    });
+    assert_eq!(offset_of!(sys::mlx5_wqe_av, key), 0);
+    assert_eq!(size_of::<UdKey>(), 8);
+    all_fields_listed!(Mlx5Av {
+        qkey,
+        reserved,
+        dqp_dct,
+        stat_rate_sl,
+        fl_mlid,
+        rlid,
+        reserved0,
+        rmac,
+        tclass,
+        hop_limit,
+        grh_gid_fl,
+        rgid
+    });
+    fields_match!(Mlx5Av, sys::mlx5_wqe_av, base = 0, {
+        dqp_dct => dqp_dct,
+        stat_rate_sl => stat_rate_sl,
+        fl_mlid => fl_mlid,
+        rlid => rlid,
+        reserved0 => reserved0,
+        rmac => rmac,
+        tclass => tclass,
+        hop_limit => hop_limit,
+        grh_gid_fl => grh_gid_fl,
+        rgid => rgid,
+    });
+    all_fields_listed!(sys::mlx5_wqe_av {
+        key,
+        dqp_dct,
+        stat_rate_sl,
+        fl_mlid,
+        rlid,
+        reserved0,
+        rmac,
+        tclass,
+        hop_limit,
+        grh_gid_fl,
+        rgid
+    });
+}
+
 #[test]
 fn atomic_seg() {
     same_shape!(AtomicSeg, sys::mlx5_wqe_atomic_seg);

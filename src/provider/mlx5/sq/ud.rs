@@ -31,8 +31,9 @@ pub const QP_QKEY: u32 = 0x8000_0000;
 /// The mlx5 address vector (`struct mlx5_wqe_av` of rdma-core's
 /// `providers/mlx5/mlx5dv.h`), big-endian fields; docs/spec/mlx5.md §3.
 /// An address handle holds one; every UD WQE carries a copy with the
-/// destination QP and qkey filled in.
-#[repr(C)]
+/// destination QP and qkey filled in. Aligned to 8 as in C, where the
+/// first 8 bytes are a union with the 64-bit DC key.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Mlx5Av {
     /// Q_Key (UD).
@@ -62,9 +63,10 @@ pub struct Mlx5Av {
 }
 
 static_assertions::assert_eq_size!(Mlx5Av, [u8; 48]);
-static_assertions::const_assert_eq!(core::mem::align_of::<Mlx5Av>(), 4);
+static_assertions::const_assert_eq!(core::mem::align_of::<Mlx5Av>(), 8);
 const _: () = {
     use core::mem::offset_of;
+    assert!(offset_of!(Mlx5Av, qkey) == 0 && offset_of!(Mlx5Av, reserved) == 4);
     assert!(offset_of!(Mlx5Av, dqp_dct) == 8 && offset_of!(Mlx5Av, stat_rate_sl) == 12);
     assert!(offset_of!(Mlx5Av, fl_mlid) == 13 && offset_of!(Mlx5Av, rlid) == 14);
     assert!(offset_of!(Mlx5Av, reserved0) == 16 && offset_of!(Mlx5Av, rmac) == 20);
