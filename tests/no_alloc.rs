@@ -92,6 +92,97 @@ fn post_and_poll_allocate_nothing() {
     assert_eq!(qp.sq.free_bbs(), qp.sq.wqe_cnt());
 }
 
+/// UD posts, SRQ posts (with free-list extension) and SRQ completions
+/// through the poller allocate nothing.
+#[test]
+fn ud_and_srq_allocate_nothing() {
+    use std::ptr::NonNull;
+    struct R {
+        sq: SendQueue,
+        rq: RecvQueue,
+        srq: Srq,
+    }
+    impl cq::CqRoute for R {
+        fn route(&mut self, qpn: u32) -> Option<QpQueues<'_>> {
+            (qpn == self.sq.qpn()).then_some(QpQueues {
+                sq: &mut self.sq,
+                rq: &mut self.rq,
+            })
+        }
+        fn srq_for(&mut self, _qpn: u32, srqn: u32) -> Option<&mut Srq> {
+            (srqn == self.srq.srqn()).then_some(&mut self.srq)
+        }
+    }
+    let mut f = FakeMlx5::new(FakeGeometry::default());
+    let caps = f.caps(4, 60);
+    let qp = f.dv_qp();
+    let len = f.sq_wrid.len();
+    let wrid = NonNull::new(f.sq_wrid.as_mut_ptr()).unwrap();
+    // SAFETY: the memory belongs to `f`, which outlives the queues.
+    let sq = unsafe { SendQueue::from_raw_ud(&qp, 0x1c5, caps, SqConfig::default(), wrid, len) };
+    let rq = f.recv_queue(caps).unwrap();
+    let buf = AlignedBuf::new(16 * 32);
+    let db = AlignedBuf::new(64);
+    let mut slots = vec![SrqSlot::default(); 8];
+    let geo = SrqGeometry {
+        buf: buf.ptr(),
+        dbrec: db.ptr().cast(),
+        stride: 32,
+        nwqes: 8,
+        max: 16,
+        srqn: 0x51,
+    };
+    // SAFETY: the memory lives until the end of the test.
+    let srq = unsafe { Srq::from_raw(&geo, NonNull::new(slots.as_mut_ptr()).unwrap(), 8) };
+    let mut r = R {
+        sq: sq.unwrap(),
+        rq,
+        srq: srq.unwrap(),
+    };
+    let mut cq = f.completion_queue().unwrap();
+    let av = Mlx5Av::default();
+    let sge = [Sge::new(0x1000, 8, 1)];
+    let payload = [1u8; 32];
+    let pieces: [&[u8]; 1] = [&payload];
+    let mut wc = [Wc::default(); 4];
+    let before = mine();
+    for round in 0..200u32 {
+        let dest = UdDest::new(&av, round & 0xff_ffff, 0x1111);
+        let send = SendWr::new(round as u64, SendOp::Send, &sge, SendFlags::SIGNALED);
+        let inl = SendWr::inline(0, SendOp::SendImm { imm: round }, &pieces, SendFlags::NONE);
+        // SAFETY: nothing executes the WQEs.
+        unsafe { r.sq.post_ud(&inl, &dest) }.unwrap();
+        // SAFETY: as above.
+        unsafe { r.sq.post_ud(&send, &dest) }.unwrap();
+        r.sq.ring();
+        let slot = r.srq.head();
+        // SAFETY: as above.
+        unsafe {
+            r.srq.post_list(&[RecvWr {
+                wr_id: round as u64,
+                sges: &sge,
+            }])
+        }
+        .unwrap();
+        // The send's CQE (its WQE is the second, 2 BBs after the first).
+        let mut c = [0u8; 64];
+        c[56..60].copy_from_slice(&(0x0a00_01c5u32).to_be_bytes());
+        let start = r.sq.producer().wrapping_sub(2) as u16;
+        c[60..62].copy_from_slice(&start.to_be_bytes());
+        f.write_cqe(2 * round, &c);
+        // The SRQ receive's CQE.
+        let mut c = [0u8; 64];
+        c[32..36].copy_from_slice(&0x51u32.to_be_bytes());
+        c[56..60].copy_from_slice(&0x1c5u32.to_be_bytes());
+        c[60..62].copy_from_slice(&(slot as u16).to_be_bytes());
+        c[63] = 0x20;
+        f.write_cqe(2 * round + 1, &c);
+        assert_eq!(cq.poll(&mut r, &mut wc).unwrap(), 2);
+        assert_eq!(wc[1].wr_id, round as u64);
+    }
+    assert_eq!(mine() - before, 0, "the UD / SRQ data path allocated");
+}
+
 /// The safe API's data path (and the software device's pass in step mode)
 /// allocates nothing either.
 #[test]

@@ -193,9 +193,9 @@ impl Srq {
     /// Side-table entry `i`.
     #[inline(always)]
     fn slot(&mut self, i: u32) -> &mut SrqSlot {
-        debug_assert!(i < self.nwqes);
-        // SAFETY: every caller passes i < nwqes <= slots_len; the table is
-        // this queue's and `&mut self` makes the borrow unique.
+        // SAFETY: the masked index is < nwqes <= slots_len (callers pass
+        // i < nwqes anyway); the table is this queue's and `&mut self`
+        // makes the borrow unique.
         unsafe { &mut *self.slots.as_ptr().add((i & (self.nwqes - 1)) as usize) }
     }
 
@@ -233,7 +233,8 @@ impl Srq {
     }
 
     /// Extends the free list past `tail` when only `tail` is left (cold:
-    /// once per completed run). Returns false if no completed WQE exists.
+    /// once per completed run; the scan for a run is bounded by `nwqes`,
+    /// as libmlx5's). Returns false if no completed WQE exists.
     #[cold]
     fn extend(&mut self) -> bool {
         let next = (self.tail + 1) & (self.nwqes - 1);

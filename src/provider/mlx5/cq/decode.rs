@@ -253,7 +253,8 @@ impl CompletionQueue {
     /// SRQ, whose WQE has completed as `wr_id` (docs/spec/mlx5.md §11).
     /// Scatter-to-CQE into SRQ buffers is not done: such an entry is
     /// [`Error::CqeCorrupt`] (create SRQ QPs with scatter-to-CQE off).
-    #[cold]
+    /// Only routes that override [`CqRouteTo::srq_for`] reach it.
+    #[inline]
     fn decode_srq<S: SqRetire + ?Sized, R: CqRouteTo<S> + ?Sized>(
         route: &mut R,
         c: &Cqe64,
