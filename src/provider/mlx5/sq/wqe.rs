@@ -90,7 +90,10 @@ impl SendQueue {
     /// Formats one send WQE at the producer position without ringing the
     /// doorbell. Call [`SendQueue::ring`] after one or more posts.
     ///
-    /// On error nothing is written and the queue is unchanged.
+    /// On error nothing is written and the queue is unchanged. A UD queue
+    /// ([`SendQueue::from_raw_ud`]) refuses every WR here (and in batches
+    /// and lists) with [`Error::InvalidAttribute`]: a UD WR needs an
+    /// address handle, [`SendQueue::post_ud`].
     ///
     /// # Safety
     /// Every SGE must describe memory the device may access as the
