@@ -115,10 +115,7 @@ fn one(
     if let Err(e) = got {
         assert!(v.contains(&e), "{w:?}: {e:?}, breaks only {v:?}");
         assert_eq!(sq.producer(), pi, "refused WR moved the producer");
-        assert!(
-            f.qp_buf.bytes() == before,
-            "refused WR wrote the buffer"
-        );
+        assert!(f.qp_buf.bytes() == before, "refused WR wrote the buffer");
         return;
     }
     assert!(v.is_empty(), "{w:?} accepted, breaks {v:?}");
