@@ -38,6 +38,9 @@ APT_HOST=(
   pkg-config
   # bindgen (build.rs and rdma-sys under --features verbs)
   clang libclang-dev
+  # clang's libFuzzer and sanitizer runtimes (examples/c/fuzz_wr_builder.c,
+  # built by ffi-tests/run.sh): only a Recommends of clang in bookworm
+  libclang-rt-14-dev
   # --features verbs: libibverbs, librdmacm, libmlx5 (ibverbs-providers) and
   # the kernel's uverbs UAPI headers (linux-libc-dev, bindgen/uverbs_wrapper.h)
   libibverbs-dev librdmacm-dev ibverbs-providers linux-libc-dev
