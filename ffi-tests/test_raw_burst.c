@@ -529,7 +529,6 @@ static void test_descriptor_refusals(enum kind k)
         queues_init(&q, 64, 0, CAPS);
         CHECK_EQ(rdd_mlx5_sq_send(q.sq, 1000, LADDR, 8, LKEY, RDD_SEND_DEFER_DOORBELL),
                  RDD_STATUS_OK);
-        snap_take(&q.f, &s);
         ops[0] = make_op(0, 8, 0x10 | RDD_SEND_DEFER_DOORBELL);
         CHECK_EQ(fake_dbrec_sq(&q.f), 0);
         CHECK_EQ(burst(k, q.sq, ops, 1, &posted), RDD_STATUS_INVALID_FLAGS);
