@@ -33,6 +33,7 @@
 
 pub mod cm;
 pub(crate) mod direct;
+mod direct_create;
 mod layout_check;
 pub mod mlx5;
 pub mod oob;
