@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "raw_queues.hpp"
 
 static_assert(sizeof(rdd_rdma_op) == 40, "rdd_rdma_op is 40 bytes");
 static_assert(offsetof(rdd_rdma_op, length) == 24 && offsetof(rdd_rdma_op, flags) == 36,
@@ -19,6 +20,8 @@ static_assert(offsetof(rdd_rdma_op, length) == 24 && offsetof(rdd_rdma_op, flags
 static_assert(std::is_standard_layout<rdd_rdma_op>::value, "a plain C struct");
 
 namespace {
+
+using raw_queues::Queues;
 
 constexpr uint32_t kQpn = 0x1c5;
 constexpr uint32_t kSentinel = 0x5a5a5a5a;
@@ -36,49 +39,6 @@ struct Kind {
 const std::array<Kind, 2> kKinds{{{"write", rdd_mlx5_sq_write_burst, rdd_mlx5_sq_write},
                                   {"read", rdd_mlx5_sq_read_burst, rdd_mlx5_sq_read}}};
 
-// One fake QP and CQ with live handles; storages on the heap so they keep
-// their addresses, finalised (if still live) before the memory is freed.
-struct Queues {
-    fake_mlx5 f{};
-    std::unique_ptr<rdd_mlx5_sq_storage> sq{new rdd_mlx5_sq_storage()};
-    std::unique_ptr<rdd_mlx5_rq_storage> rq{new rdd_mlx5_rq_storage()};
-    std::unique_ptr<rdd_mlx5_cq_storage> cq{new rdd_mlx5_cq_storage()};
-
-    explicit Queues(uint32_t sq_wqe_cnt = 64, const rdd_qp_caps &caps = kCaps)
-    {
-        fake_geo geo = FAKE_DEFAULT_GEO;
-        geo.sq_wqe_cnt = sq_wqe_cnt;
-        fake_init(&f, geo);
-        MUST(rdd_mlx5_sq_init(sq.get(), &f.qp, kQpn, &caps, 0, f.sq_wrid, geo.sq_wqe_cnt));
-        MUST(rdd_mlx5_rq_init(rq.get(), &f.qp, &caps, f.rq_wrid, geo.rq_wqe_cnt));
-        MUST(rdd_mlx5_cq_init(cq.get(), &f.cq));
-    }
-    ~Queues()
-    {
-        (void)rdd_mlx5_cq_fini(cq.get());
-        (void)rdd_mlx5_sq_fini(sq.get());
-        (void)rdd_mlx5_rq_fini(rq.get());
-        fake_free(&f);
-    }
-    Queues(const Queues &) = delete;
-    Queues &operator=(const Queues &) = delete;
-
-    // Everything a send post or a doorbell may write.
-    std::vector<uint8_t> state() const
-    {
-        std::vector<uint8_t> v;
-        auto add = [&v](const void *p, size_t n) {
-            const auto *b = static_cast<const uint8_t *>(p);
-            v.insert(v.end(), b, b + n);
-        };
-        add(f.sq, size_t{f.geo.sq_wqe_cnt} * 64);
-        add(f.sq_wrid, f.geo.sq_wqe_cnt * sizeof(rdd_mlx5_sq_slot));
-        add(f.dbrec, 128);
-        add(f.bf, 2 * size_t{f.geo.bf_size});
-        return v;
-    }
-    uint32_t db() const { return fake_dbrec_sq(&f); }
-};
 
 std::vector<rdd_rdma_op> make_ops(uint32_t n, uint32_t seed)
 {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "raw_queues.hpp"
 
 static_assert(std::is_same<decltype(rdd_mlx5_cq_poll_bound(nullptr, nullptr, 0)), int32_t>::value,
               "the bound poll returns int32_t");
@@ -20,6 +21,8 @@ static_assert((RDD_SEND_DEFER_DOORBELL &
               "the doorbell bit is not a work-request flag");
 
 namespace {
+
+using raw_queues::Queues;
 
 constexpr uint32_t kQpn = 0x1c5;
 constexpr uint64_t kLaddr = 0x7f5a3c003000ull;
@@ -35,50 +38,6 @@ const std::array<uint8_t, 64> kPayload = [] {
     return p;
 }();
 
-// One fake QP and CQ with live handles; storages on the heap so they keep
-// their addresses, finalised (if still live) before the memory is freed.
-struct Queues {
-    fake_mlx5 f{};
-    std::unique_ptr<rdd_mlx5_sq_storage> sq{new rdd_mlx5_sq_storage()};
-    std::unique_ptr<rdd_mlx5_rq_storage> rq{new rdd_mlx5_rq_storage()};
-    std::unique_ptr<rdd_mlx5_cq_storage> cq{new rdd_mlx5_cq_storage()};
-
-    explicit Queues(uint32_t sq_wqe_cnt = 64, const rdd_qp_caps &caps = kCaps)
-    {
-        fake_geo geo = FAKE_DEFAULT_GEO;
-        geo.sq_wqe_cnt = sq_wqe_cnt;
-        fake_init(&f, geo);
-        MUST(rdd_mlx5_sq_init(sq.get(), &f.qp, kQpn, &caps, 0, f.sq_wrid, geo.sq_wqe_cnt));
-        MUST(rdd_mlx5_rq_init(rq.get(), &f.qp, &caps, f.rq_wrid, geo.rq_wqe_cnt));
-        MUST(rdd_mlx5_cq_init(cq.get(), &f.cq));
-    }
-    ~Queues()
-    {
-        (void)rdd_mlx5_cq_fini(cq.get());
-        (void)rdd_mlx5_sq_fini(sq.get());
-        (void)rdd_mlx5_rq_fini(rq.get());
-        fake_free(&f);
-    }
-    Queues(const Queues &) = delete;
-    Queues &operator=(const Queues &) = delete;
-
-    // Everything a post may write.
-    std::vector<uint8_t> state() const
-    {
-        std::vector<uint8_t> v;
-        auto add = [&v](const void *p, size_t n) {
-            const auto *b = static_cast<const uint8_t *>(p);
-            v.insert(v.end(), b, b + n);
-        };
-        add(f.sq, size_t{f.geo.sq_wqe_cnt} * 64);
-        add(f.qp_buf, size_t{f.geo.rq_wqe_cnt} * f.geo.rq_stride);
-        add(f.sq_wrid, f.geo.sq_wqe_cnt * sizeof(rdd_mlx5_sq_slot));
-        add(f.rq_wrid, f.geo.rq_wqe_cnt * sizeof(uint64_t));
-        add(f.dbrec, 128);
-        add(f.bf, 2 * size_t{f.geo.bf_size});
-        return v;
-    }
-};
 
 // A per-opcode call (with its arguments bound) and the equivalent rdd_wr.
 struct Case {
