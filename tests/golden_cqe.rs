@@ -12,6 +12,9 @@
 
 #[path = "golden/parse.rs"]
 mod parse;
+#[path = "golden/wc.rs"]
+mod wc;
+use wc::wc_field;
 
 use parse::{
     format_bytes, read_recv_wr, read_send_wr, send_op, Case, Field, GoldenFile, SendWrSpec, SgeSpec,
@@ -172,26 +175,6 @@ const WC_FIELDS: &[&str] = &[
     "sl",
     "dlid_path_bits",
 ];
-
-fn wc_field(wc: &Wc, f: &str) -> i128 {
-    match f {
-        "wr_id" => wc.wr_id as i128,
-        "status" => wc.status.0 as i128,
-        "opcode" => wc.opcode.0 as i128,
-        "vendor_err" => wc.vendor_err as i128,
-        "byte_len" => wc.byte_len as i128,
-        // Same union in `struct ibv_wc`; ours is host order in both cases.
-        "imm_data" | "invalidated_rkey" => wc.imm_data as i128,
-        "qp_num" => wc.qp_num as i128,
-        "src_qp" => wc.src_qp as i128,
-        "wc_flags" => wc.wc_flags as i128,
-        "pkey_index" => wc.pkey_index as i128,
-        "slid" => wc.slid as i128,
-        "sl" => wc.sl as i128,
-        "dlid_path_bits" => wc.dlid_path_bits as i128,
-        _ => unreachable!("{f}"),
-    }
-}
 
 /// A recognisable value for every entry of the caller's wc array.
 fn sentinel_wc() -> Wc {

@@ -14,6 +14,8 @@ mod cqe;
 mod parse;
 #[path = "golden/ud_srq_send.rs"]
 mod send;
+#[path = "golden/wc.rs"]
+mod wc;
 
 use cqe::run_cqe;
 use send::run_send;

@@ -3,6 +3,7 @@
 
 use super::parse::{read_recv_wr, Case, Field};
 use super::send::{address_handles, post_ud, read_ud_wr, ud_queue};
+use super::wc::wc_field;
 use super::*;
 // ---------------------------------------------------------------- CQEs
 
@@ -53,25 +54,6 @@ const WC_FIELDS: &[&str] = &[
     "sl",
     "dlid_path_bits",
 ];
-
-fn wc_field(wc: &Wc, f: &str) -> i128 {
-    match f {
-        "wr_id" => wc.wr_id as i128,
-        "status" => wc.status.0 as i128,
-        "opcode" => wc.opcode.0 as i128,
-        "vendor_err" => wc.vendor_err as i128,
-        "byte_len" => wc.byte_len as i128,
-        "imm_data" => wc.imm_data as i128,
-        "qp_num" => wc.qp_num as i128,
-        "src_qp" => wc.src_qp as i128,
-        "wc_flags" => wc.wc_flags as i128,
-        "pkey_index" => wc.pkey_index as i128,
-        "slid" => wc.slid as i128,
-        "sl" => wc.sl as i128,
-        "dlid_path_bits" => wc.dlid_path_bits as i128,
-        _ => unreachable!(),
-    }
-}
 
 /// A RESP_SEND CQE for SRQ WQE `counter` (the setup completions).
 fn resp_send_cqe(qpn: u32, counter: u16, srqn_uidx: u32) -> [u8; 64] {
