@@ -13,17 +13,21 @@
 #   TARGET...   default: every target (`cargo fuzz list`)
 #
 # For each target, in this order:
-#  1. the campaign corpus fuzz/campaign/corpus/<target>/ (created from the
-#     seeds and regressions on the first run) is fuzzed; new inputs go to a
-#     scratch directory, and libFuzzer replays the corpus first;
+#  1. the campaign corpus fuzz/campaign/corpus/<target>/ is fuzzed (on the
+#     first run it is made from the committed merged corpus
+#     fuzz/merged/<target>/, the seeds and the regressions); new inputs go
+#     to a scratch directory, and libFuzzer replays the corpus first;
 #  2. corpus, new inputs, seeds and regressions are merged and minimised
 #     (`-merge=1`: the smallest set with the same coverage) back into the
-#     campaign corpus;
-#  3. the run is reported and appended to fuzz/campaign/stats.tsv: date,
-#     target, seconds, jobs, executions, exec/s (wall) and exec per CPU
-#     second, edges covered by the merged corpus, corpus files and bytes,
-#     findings; `cumulative` is the sum of executions over every run of the
-#     target recorded there;
+#     campaign corpus, and copied to fuzz/merged/<target>/, which is
+#     committed: the next campaign, on any machine, starts where this one
+#     stopped;
+#  3. the run is reported and appended to the committed ledger
+#     fuzz/ledger.tsv: date, the commit fuzzed (with "+" when the work tree
+#     had changes), target, seconds, jobs, executions, exec/s (wall), exec
+#     per CPU second, CPU seconds, edges covered by the merged corpus,
+#     corpus files and bytes, findings; `cumulative` is the sum of
+#     executions over every run of the target recorded there;
 #  4. with -c, `cargo fuzz coverage` replays the merged corpus with source
 #     coverage; the per-file summary of src/ and the never-reached lines
 #     (file:line ranges) go to fuzz/campaign/coverage/<target>.txt;
@@ -36,9 +40,11 @@
 #     fuzz/) checks that each file there is named and has a target; name it
 #     after the bug and add the fix's own unit test in the crate.
 #
-# fuzz/campaign/ is scratch (ignored by git); docs/fuzzing.md records the
-# figures. Environment: FUZZ_INPUT_TIMEOUT (seconds per input, default
-# 10), FUZZ_RSS_MB (default 2048), CAMPAIGN_DIR (default fuzz/campaign).
+# fuzz/campaign/ is scratch (ignored by git); fuzz/ledger.tsv and
+# fuzz/merged/ are committed, and docs/fuzzing.md summarises them.
+# Environment: FUZZ_INPUT_TIMEOUT (seconds per input, default
+# 10), FUZZ_RSS_MB (default 2048), CAMPAIGN_DIR (default fuzz/campaign),
+# CAMPAIGN_LEDGER (default fuzz/ledger.tsv).
 # Two ASan features are off (ASAN_OPTIONS, unless set): stack-use-after-
 # return detection (safe Rust cannot return a dangling stack pointer) and
 # allocation stacks in reports (malloc_context_size=0; the failing access
@@ -90,9 +96,13 @@ for t in "${targets[@]}"; do
 done
 bindir=target/x86_64-unknown-linux-gnu/release
 mkdir -p "$camp/corpus" "$camp/coverage" "$camp/logs"
-stats=$camp/stats.tsv
+stats=${CAMPAIGN_LEDGER:-$root/fuzz/ledger.tsv}
 if [ ! -f "$stats" ]; then
-    printf 'date\ttarget\tseconds\tjobs\texecs\texec_per_s\texec_per_cpu_s\tedges\tfiles\tbytes\tfindings\tcumulative\n' >"$stats"
+    printf 'date\tcommit\ttarget\tseconds\tjobs\texecs\texec_per_s\texec_per_cpu_s\tcpu_s\tedges\tfiles\tbytes\tfindings\tcumulative\n' >"$stats"
+fi
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git -C "$root" status --porcelain -- src fuzz/fuzz_targets fuzz/src 2>/dev/null)" ]; then
+    commit="$commit+"
 fi
 
 failed=()
@@ -106,6 +116,9 @@ for t in "${targets[@]}"; do
     mkdir -p "$new"
     if [ -z "$(ls -A "$corpus")" ]; then
         cp seeds/"$t"/* "$corpus"/
+        if [ -d merged/"$t" ]; then
+            cp merged/"$t"/* "$corpus"/
+        fi
     fi
     log=$camp/logs/$t-$(date -u +%Y%m%dT%H%M%S).log
     marker=$(mktemp "${TMPDIR:-/tmp}/campaign-$t.XXXXXX")
@@ -156,17 +169,20 @@ for t in "${targets[@]}"; do
         "$merged" "$corpus" "$new" "${extra[@]}" >"$log.merge" 2>&1
     rm -rf "$corpus" "$new"
     mv "$merged" "$corpus"
+    rm -rf merged/"$t"
+    mkdir -p merged/"$t"
+    cp "$corpus"/* merged/"$t"/
     # Edges the merged corpus reaches: libFuzzer's INITED line on a replay.
     edges=$("$bin" -runs=0 "$corpus" 2>&1 | sed -n 's/.*INITED cov: \([0-9]*\).*/\1/p' | tail -n 1)
     files=$(find "$corpus" -type f | wc -l)
     bytes=$(du -sb "$corpus" | cut -f1)
     rate=$(awk -v e="$execs" -v w="$wall" 'BEGIN { printf "%d", (w > 0 ? e / w : 0) }')
     cpurate=$(awk -v e="$execs" -v c="$cpu" 'BEGIN { printf "%d", (c > 0 ? e / c : 0) }')
-    prev=$(awk -F'\t' -v t="$t" 'NR > 1 && $2 == t { s += $5 } END { print s + 0 }' "$stats")
+    prev=$(awk -F'\t' -v t="$t" 'NR > 1 && $3 == t { s += $6 } END { print s + 0 }' "$stats")
     cum=$((prev + execs))
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$t" "$wall" "$jobs" "$execs" "$rate" "$cpurate" \
-        "${edges:-?}" "$files" "$bytes" "$findings" "$cum" >>"$stats"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$commit" "$t" "$wall" "$jobs" "$execs" "$rate" "$cpurate" \
+        "$cpu" "${edges:-?}" "$files" "$bytes" "$findings" "$cum" >>"$stats"
     echo "campaign: $t: $execs executions in ${wall}s (${rate}/s wall, ${cpurate} per CPU second," \
         "${cpu}s CPU), $cum cumulative; corpus $files files, $bytes bytes; ${edges:-?} edges;" \
         "$findings finding(s)"
@@ -225,8 +241,8 @@ for t in "${targets[@]}"; do
     fi
 done
 
-echo "== campaign: totals (fuzz/campaign/stats.tsv, cumulative executions per target)"
-awk -F'\t' 'NR > 1 { c[$2] = $12; e[$2] = $8 } END { for (t in c) printf "  %-12s %12d executions  %s edges\n", t, c[t], e[t] }' "$stats" | sort
+echo "== campaign: totals ($stats, cumulative executions per target)"
+awk -F'\t' 'NR > 1 { c[$3] = $14; e[$3] = $10 } END { for (t in c) printf "  %-12s %12d executions  %s edges\n", t, c[t], e[t] }' "$stats" | sort
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "!! campaign: findings in: ${failed[*]}" >&2
     exit 1

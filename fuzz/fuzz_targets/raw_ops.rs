@@ -54,24 +54,26 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdma_direct::ffi::{
-    rdd_mlx5_cq_bind, rdd_mlx5_cq_fini, rdd_mlx5_cq_init, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound,
-    rdd_mlx5_cq_storage, rdd_mlx5_rq_fini, rdd_mlx5_rq_init, rdd_mlx5_rq_post, rdd_mlx5_rq_recv,
-    rdd_mlx5_rq_ring, rdd_mlx5_rq_storage, rdd_mlx5_sq_cmp_swap, rdd_mlx5_sq_fetch_add,
-    rdd_mlx5_sq_fini, rdd_mlx5_sq_init, rdd_mlx5_sq_post, rdd_mlx5_sq_read, rdd_mlx5_sq_read_burst,
-    rdd_mlx5_sq_ring, rdd_mlx5_sq_send, rdd_mlx5_sq_send_imm, rdd_mlx5_sq_send_inline,
-    rdd_mlx5_sq_slot, rdd_mlx5_sq_storage, rdd_mlx5_sq_write, rdd_mlx5_sq_write_burst,
-    rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline, rdd_mlx5dv_cq, rdd_mlx5dv_qp, rdd_qp_caps,
+    rdd_mlx5_cq_bind, rdd_mlx5_cq_poll, rdd_mlx5_cq_poll_bound, rdd_mlx5_rq_post, rdd_mlx5_rq_recv,
+    rdd_mlx5_rq_ring, rdd_mlx5_sq_cmp_swap, rdd_mlx5_sq_fetch_add, rdd_mlx5_sq_post,
+    rdd_mlx5_sq_read, rdd_mlx5_sq_read_burst, rdd_mlx5_sq_ring, rdd_mlx5_sq_send,
+    rdd_mlx5_sq_send_imm, rdd_mlx5_sq_send_inline, rdd_mlx5_sq_storage, rdd_mlx5_sq_write,
+    rdd_mlx5_sq_write_burst, rdd_mlx5_sq_write_imm, rdd_mlx5_sq_write_inline, rdd_qp_caps,
     rdd_rdma_op, rdd_recv_wr, rdd_sge, rdd_status, rdd_wc, rdd_wr, RDD_MLX5_SQ_BF_INLINE_ONLY,
     RDD_MLX5_SQ_BF_NEVER, RDD_MLX5_SQ_SHARED_REGISTER, RDD_MLX5_SQ_SIG_ALL,
     RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_INLINE, RDD_SEND_SIGNALED,
     RDD_SEND_SOLICITED, RDD_WR_ATOMIC_CMP_AND_SWP, RDD_WR_ATOMIC_FETCH_AND_ADD, RDD_WR_RDMA_READ,
     RDD_WR_RDMA_WRITE, RDD_WR_RDMA_WRITE_WITH_IMM, RDD_WR_SEND, RDD_WR_SEND_WITH_IMM,
 };
-use rdma_direct::testutil::{FakeGeometry, FakeMlx5};
+use rdma_direct::testutil::FakeGeometry;
 use rdma_direct_fuzz::send;
 use rdma_direct_fuzz::{pattern, Bytes};
 use std::collections::VecDeque;
 use std::ffi::c_void;
+
+#[path = "raw_ops/side.rs"]
+mod side;
+use side::{Side, Snapshot};
 
 /// Most descriptors of one burst.
 const MAX_BURST: u8 = 20;
@@ -205,97 +207,6 @@ fn read_send(r: &mut Bytes<'_>, kind: Kind, pool: &[u8]) -> SendCall {
     }
 }
 
-/// One fake QP + CQ and its three live handles (the CQ bound to the SQ and
-/// RQ on the per-opcode side). The storages are held as raw pointers, as a
-/// C caller holds them: a binding keeps the SQ and RQ pointers, which a
-/// later `&mut` reborrow of a `Box` would invalidate.
-struct Side {
-    f: FakeMlx5,
-    sq: *mut rdd_mlx5_sq_storage,
-    rq: *mut rdd_mlx5_rq_storage,
-    cq: *mut rdd_mlx5_cq_storage,
-}
-
-impl Side {
-    fn new(geo: FakeGeometry, seed: u8) -> Side {
-        let mut f = FakeMlx5::new(geo);
-        pattern::fill(f.qp_buf.bytes_mut(), seed);
-        pattern::fill(f.bf.bytes_mut(), seed ^ 0x5a);
-        // SAFETY: the storages are byte arrays: all zeroes is valid.
-        let (sq, rq, cq) = unsafe {
-            (
-                Box::into_raw(Box::<rdd_mlx5_sq_storage>::new_zeroed().assume_init()),
-                Box::into_raw(Box::<rdd_mlx5_rq_storage>::new_zeroed().assume_init()),
-                Box::into_raw(Box::<rdd_mlx5_cq_storage>::new_zeroed().assume_init()),
-            )
-        };
-        Side { f, sq, rq, cq }
-    }
-
-    /// Initialises SQ and RQ (the CQ once, in `init_cq`).
-    fn init_queues(&mut self, flags: u32, caps: &rdd_qp_caps) -> (rdd_status, rdd_status) {
-        let dv: rdd_mlx5dv_qp = self.f.dv_qp().into();
-        let n = self.f.sq_wrid.len();
-        let wrid = self.f.sq_wrid.as_mut_ptr().cast::<rdd_mlx5_sq_slot>();
-        let m = self.f.rq_wrid.len();
-        let rwrid = self.f.rq_wrid.as_mut_ptr();
-        // SAFETY: the storages are live Boxes; `dv` describes `self.f`'s
-        // memory and the tables are its own (`rdd_mlx5_sq_slot` has the
-        // layout of `WrSlot`); all outlive the handles (fini in Drop).
-        unsafe {
-            let _ = rdd_mlx5_sq_fini(self.sq);
-            let _ = rdd_mlx5_rq_fini(self.rq);
-            (
-                rdd_mlx5_sq_init(self.sq, &dv, self.f.geo.qpn, caps, flags, wrid, n),
-                rdd_mlx5_rq_init(self.rq, &dv, caps, rwrid, m),
-            )
-        }
-    }
-
-    fn init_cq(&mut self) {
-        let dv: rdd_mlx5dv_cq = self.f.dv_cq().into();
-        // SAFETY: as in `init_queues`.
-        assert_eq!(unsafe { rdd_mlx5_cq_init(self.cq, &dv) }, rdd_status::Ok);
-    }
-
-    /// Everything but the RQ doorbell-record word, which a deferred
-    /// receive leaves behind its twin's (checked on its own).
-    fn memory(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(self.f.qp_buf.bytes());
-        v.extend_from_slice(self.f.bf.bytes());
-        v.extend_from_slice(&self.f.dbrec.bytes()[4..]);
-        v.extend_from_slice(self.f.cq_buf.bytes());
-        for s in &self.f.sq_wrid {
-            v.extend_from_slice(&s.wr_id.to_le_bytes());
-            v.extend_from_slice(&s.end.to_le_bytes());
-            v.extend_from_slice(&s.start.to_le_bytes());
-            v.push(s.opcode);
-            v.push(s.flags);
-        }
-        for id in &self.f.rq_wrid {
-            v.extend_from_slice(&id.to_le_bytes());
-        }
-        v
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        // SAFETY: live (or zeroed) handles; fini of a zeroed one is an
-        // error that touches nothing. The pointers came from
-        // `Box::into_raw` and are not used after this.
-        unsafe {
-            let _ = rdd_mlx5_sq_fini(self.sq);
-            let _ = rdd_mlx5_rq_fini(self.rq);
-            let _ = rdd_mlx5_cq_fini(self.cq);
-            drop(Box::from_raw(self.sq));
-            drop(Box::from_raw(self.rq));
-            drop(Box::from_raw(self.cq));
-        }
-    }
-}
-
 /// The per-opcode call on `sq`.
 ///
 /// # Safety
@@ -401,6 +312,8 @@ struct Harness {
     rec_b: u32,
     /// CQEs written so far (the CQ producer).
     cqes: u32,
+    /// A's memory before the call being checked.
+    snap: Snapshot,
 }
 
 impl Harness {
@@ -409,16 +322,13 @@ impl Harness {
     /// A's those published (a receive without RDD_SEND_DEFER_DOORBELL, or
     /// `rdd_mlx5_rq_ring`).
     fn check_twins(&self, what: &str) {
-        assert!(
-            self.a.memory() == self.b.memory(),
-            "{what}: the twins' memory differs"
-        );
+        assert!(self.a.same_as(&self.b), "{what}: the twins' memory differs");
         assert_eq!(self.a.f.dbrec_rq(), self.rec_a, "{what}: A's RQ record");
         assert_eq!(self.b.f.dbrec_rq(), self.rec_b, "{what}: B's RQ record");
     }
 
     fn send(&mut self, c: SendCall) {
-        let before = self.a.memory();
+        self.a.take(&mut self.snap);
         let allowed = if c.kind.inline() {
             SEND_FLAGS | RDD_SEND_INLINE
         } else {
@@ -429,14 +339,14 @@ impl Harness {
         let got = unsafe { call_op(self.a.sq, &c) };
         if c.flags & !allowed != 0 {
             assert_eq!(got, rdd_status::InvalidFlags, "{c:?}");
-            assert!(self.a.memory() == before, "refused {c:?} wrote");
+            assert!(self.a.matches(&self.snap), "refused {c:?} wrote");
             return;
         }
         // SAFETY: as above.
         let want = unsafe { post_equivalent(self.b.sq, &c) };
         assert_eq!(got, want, "{c:?}");
         if got != rdd_status::Ok {
-            assert!(self.a.memory() == before, "refused {c:?} ({got:?}) wrote");
+            assert!(self.a.matches(&self.snap), "refused {c:?} ({got:?}) wrote");
         } else {
             let start = self.pi;
             let slot = self.a.f.sq_wrid[(start & (self.wqe_cnt - 1)) as usize];
@@ -480,7 +390,7 @@ impl Harness {
             Kind::Read => rdd_mlx5_sq_read_burst,
             _ => rdd_mlx5_sq_write_burst,
         };
-        let before = self.a.memory();
+        self.a.take(&mut self.snap);
         let mut posted = u32::MAX;
         if sel & 6 != 0 {
             // Never dereferenced: the array is refused first.
@@ -493,7 +403,7 @@ impl Harness {
             // SAFETY: a live handle; the array is refused unread.
             let got = unsafe { f(self.a.sq, p, n as u32, &mut posted) };
             assert_eq!((got, posted), (want, u32::MAX), "burst array {sel:#x}");
-            assert!(self.a.memory() == before, "refused burst wrote");
+            assert!(self.a.matches(&self.snap), "refused burst wrote");
             return;
         }
         // SAFETY: a live handle, `n` descriptors; no SGE is dereferenced.
@@ -535,7 +445,7 @@ impl Harness {
             assert_eq!(unsafe { rdd_mlx5_sq_ring(self.b.sq) }, rdd_status::Ok);
             self.rung.extend(self.pending.drain(..));
         } else if k == 0 {
-            assert!(self.a.memory() == before, "refused burst ({got:?}) wrote");
+            assert!(self.a.matches(&self.snap), "refused burst ({got:?}) wrote");
         }
         self.check_twins("burst");
     }
@@ -554,12 +464,12 @@ impl Harness {
         let laddr = r.u64();
         let length = send::read_len(r);
         let lkey = r.u32();
-        let before = self.a.memory();
+        self.a.take(&mut self.snap);
         // SAFETY: a live handle; the SGE is never dereferenced.
         let got = unsafe { rdd_mlx5_rq_recv(self.a.rq, wr_id, laddr, length, lkey, flags) };
         if flags & !RDD_SEND_DEFER_DOORBELL != 0 {
             assert_eq!(got, rdd_status::InvalidFlags);
-            assert!(self.a.memory() == before, "refused receive wrote");
+            assert!(self.a.matches(&self.snap), "refused receive wrote");
             return;
         }
         let sge = rdd_sge {
@@ -578,7 +488,10 @@ impl Harness {
         let want = unsafe { rdd_mlx5_rq_post(self.b.rq, &w, 1, &mut bad) };
         assert_eq!(got, want, "receive {length} flags {flags:#x}");
         if got != rdd_status::Ok {
-            assert!(self.a.memory() == before, "refused receive ({got:?}) wrote");
+            assert!(
+                self.a.matches(&self.snap),
+                "refused receive ({got:?}) wrote"
+            );
         } else {
             self.rq_head += 1;
             self.rec_b = self.rq_head & 0xffff;
@@ -771,6 +684,7 @@ fuzz_target!(|data: &[u8]| {
         rec_a: 0,
         rec_b: 0,
         cqes: 0,
+        snap: Snapshot::default(),
     };
     let ra = h.a.init_queues(flags, &caps);
     let rb = h.b.init_queues(flags, &caps);
