@@ -348,6 +348,35 @@
 #define RDD_WC_FLAG_WITH_INV 8
 
 /**
+ * Size in bytes of `rdd_mlx5_srq_storage`.
+ */
+#define RDD_MLX5_SRQ_STORAGE_SIZE 128
+
+/**
+ * Alignment in bytes of `rdd_mlx5_srq_storage`.
+ */
+#define RDD_MLX5_SRQ_STORAGE_ALIGN 16
+
+/**
+ * `rdd_mlx5_ah_attr.link_layer`: InfiniBand (LID routed; a GRH only when
+ * `is_global`).
+ */
+#define RDD_MLX5_LINK_IB 1
+
+/**
+ * `rdd_mlx5_ah_attr.link_layer`: RoCE v1 (Ethernet, `IB_ROCE_V1` GID; the
+ * global route is required).
+ */
+#define RDD_MLX5_LINK_ROCE_V1 2
+
+/**
+ * `rdd_mlx5_ah_attr.link_layer`: RoCE v2 (Ethernet, `ROCE_V2` GID; the
+ * global route is required and its flow label, which chooses the UDP
+ * source port, must not be 0).
+ */
+#define RDD_MLX5_LINK_ROCE_V2 3
+
+/**
  * Rights of an exposure: RDMA READ only.
  */
 #define RDD_REMOTE_READ 1
@@ -1020,41 +1049,58 @@ typedef struct rdd_recv_wr {
 } rdd_recv_wr;
 
 /**
- * One one-SGE RDMA operation of a burst (`rdd_mlx5_sq_write_burst`,
- * `rdd_mlx5_sq_read_burst`): 40 bytes, no padding.
+ * Caller-provided storage for an SRQ handle (the rules of
+ * `rdd_mlx5_sq_storage`: zero it, initialise it with
+ * `rdd_mlx5_srq_init`, never copy or move it, end with
+ * `rdd_mlx5_srq_fini`).
  */
-typedef struct rdd_rdma_op {
+typedef struct RDD_ALIGNED(16) rdd_mlx5_srq_storage {
+    uint8_t _opaque[RDD_MLX5_SRQ_STORAGE_SIZE];
+} rdd_mlx5_srq_storage;
+
+/**
+ * The memory of an mlx5 SRQ. From `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)` on a
+ * new SRQ: `buf`, `dbrec`, `stride` and `srqn` as given, `nwqes` =
+ * `tail + 1` (libmlx5 starts with `head` 0 and `tail` the last WQE of
+ * the list), and `max` the WQEs the buffer holds (`nwqes` when unknown:
+ * the page-fault wait queue past the list is then left alone).
+ */
+typedef struct rdd_mlx5_srq_geometry {
     /**
-     * Returned in the completion.
+     * The WQE buffer: `max * stride` bytes, 16-byte aligned.
      */
-    uint64_t wr_id;
+    uint8_t *buf;
     /**
-     * Local buffer address (registered memory, key `lkey`).
+     * The SRQ's doorbell-record word (big-endian count of posted WQEs).
      */
-    uint64_t laddr;
+    uint32_t *dbrec;
     /**
-     * Remote buffer address (key `rkey`).
+     * Bytes per WQE: a power of two, at least 32 (16 of next-WQE segment,
+     * then `(stride - 16) / 16` data segments).
      */
-    uint64_t raddr;
+    uint32_t stride;
     /**
-     * Bytes to transfer; 0 is allowed (the WQE has no data segment).
+     * WQEs in the free list: a power of two, at least 2.
      */
-    uint32_t length;
+    uint32_t nwqes;
     /**
-     * Local key of `laddr`.
+     * WQEs in the buffer, at least `nwqes`.
      */
-    uint32_t lkey;
+    uint32_t max;
     /**
-     * Remote key of `raddr`.
+     * SRQ number (what a version-0 CQE carries for its receives).
      */
-    uint32_t rkey;
-    /**
-     * `RDD_SEND_FENCE`, `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`; and
-     * `RDD_SEND_DEFER_DOORBELL`, which counts on the last operation only
-     * (the burst then leaves its WQEs pending for a later doorbell).
-     */
-    uint32_t flags;
-} rdd_rdma_op;
+    uint32_t srqn;
+} rdd_mlx5_srq_geometry;
+
+/**
+ * One entry of an SRQ's side table (one per WQE of its free list):
+ * caller-provided memory the handle writes at post time and reads at
+ * completion time. Its content is private.
+ */
+typedef struct rdd_mlx5_srq_slot {
+    uint64_t _opaque[2];
+} rdd_mlx5_srq_slot;
 
 /**
  * Caller-provided storage for a completion-queue handle (same rules as
@@ -1063,42 +1109,6 @@ typedef struct rdd_rdma_op {
 typedef struct RDD_ALIGNED(16) rdd_mlx5_cq_storage {
     uint8_t _opaque[RDD_MLX5_CQ_STORAGE_SIZE];
 } rdd_mlx5_cq_storage;
-
-/**
- * The fields of `struct mlx5dv_cq` (`mlx5dv_init_obj(MLX5DV_OBJ_CQ)`),
- * laid out identically on LP64.
- */
-typedef struct rdd_mlx5dv_cq {
-    /**
-     * First CQE, 64-byte aligned.
-     */
-    uint8_t *buf;
-    /**
-     * CQ doorbell record: `[0]` consumer index, `[1]` arm word.
-     */
-    uint32_t *dbrec;
-    /**
-     * Number of entries (power of two, at least 2).
-     */
-    uint32_t cqe_cnt;
-    /**
-     * 64 or 128.
-     */
-    uint32_t cqe_size;
-    /**
-     * UAR page for arming (register at +0x20); may be NULL if the CQ is
-     * never armed.
-     */
-    uint8_t *cq_uar;
-    /**
-     * CQ number.
-     */
-    uint32_t cqn;
-    /**
-     * `comp_mask` (unused here).
-     */
-    uint64_t comp_mask;
-} rdd_mlx5dv_cq;
 
 /**
  * A work completion (mirrors `struct ibv_wc` in spirit; 48 bytes).
@@ -1165,6 +1175,178 @@ typedef struct rdd_wc {
      */
     uint8_t reserved;
 } rdd_wc;
+
+/**
+ * What `rdd_mlx5_av_make` builds an address vector from: the fields of
+ * `struct ibv_ah_attr` the data path needs, with the link layer and the
+ * resolved destination MAC that libmlx5 looks up itself.
+ */
+typedef struct rdd_mlx5_ah_attr {
+    /**
+     * One of `RDD_MLX5_LINK_*`.
+     */
+    uint32_t link_layer;
+    /**
+     * Flow label of the global route (20 bits).
+     */
+    uint32_t flow_label;
+    /**
+     * Destination GID of the global route.
+     */
+    uint8_t dgid[16];
+    /**
+     * Destination MAC (RoCE).
+     */
+    uint8_t dmac[6];
+    /**
+     * Destination LID (InfiniBand).
+     */
+    uint16_t dlid;
+    /**
+     * Service level (4 bits on InfiniBand, 3 on RoCE).
+     */
+    uint8_t sl;
+    /**
+     * Source path bits (7 bits, InfiniBand).
+     */
+    uint8_t src_path_bits;
+    /**
+     * The mlx5 static-rate code, 0..=15 (0: the port's rate).
+     */
+    uint8_t static_rate;
+    /**
+     * 1: the global route below is used; 0: none (InfiniBand only).
+     */
+    uint8_t is_global;
+    /**
+     * Source GID index of the global route.
+     */
+    uint8_t sgid_index;
+    /**
+     * Hop limit of the global route.
+     */
+    uint8_t hop_limit;
+    /**
+     * Traffic class of the global route.
+     */
+    uint8_t traffic_class;
+    /**
+     * Must be 0.
+     */
+    uint8_t reserved;
+} rdd_mlx5_ah_attr;
+
+/**
+ * The address vector of an address handle, as the UD WQE carries it:
+ * libmlx5's `struct mlx5_wqe_av` (48 bytes, big-endian fields, aligned to
+ * 8). Build one with `rdd_mlx5_av_make`, or copy the one an mlx5dv
+ * address handle holds (`mlx5dv_obj.ah.out->av`): the layouts are the
+ * same. Its content is not interpreted by these calls beyond copying it
+ * into each WQE with the destination QP and qkey filled in.
+ */
+typedef struct RDD_ALIGNED(8) rdd_mlx5_av {
+    /**
+     * The 48 bytes of `struct mlx5_wqe_av`.
+     */
+    uint8_t bytes[48];
+} rdd_mlx5_av;
+
+/**
+ * One generic UD send: an `rdd_wr` (opcode `RDD_WR_SEND` or
+ * `RDD_WR_SEND_WITH_IMM`; any other is `UNSUPPORTED`) and where it goes.
+ */
+typedef struct rdd_ud_wr {
+    /**
+     * The work request; `remote_addr`, `rkey`, `invalidate_rkey`,
+     * `compare_add` and `swap` are ignored, as for a SEND.
+     */
+    struct rdd_wr wr;
+    /**
+     * The destination's address vector (non-NULL, aligned to 8).
+     */
+    const struct rdd_mlx5_av *av;
+    /**
+     * Destination QP number (24 bits).
+     */
+    uint32_t remote_qpn;
+    /**
+     * Q_Key; bit 31 set: the QP's own qkey.
+     */
+    uint32_t qkey;
+} rdd_ud_wr;
+
+/**
+ * One one-SGE RDMA operation of a burst (`rdd_mlx5_sq_write_burst`,
+ * `rdd_mlx5_sq_read_burst`): 40 bytes, no padding.
+ */
+typedef struct rdd_rdma_op {
+    /**
+     * Returned in the completion.
+     */
+    uint64_t wr_id;
+    /**
+     * Local buffer address (registered memory, key `lkey`).
+     */
+    uint64_t laddr;
+    /**
+     * Remote buffer address (key `rkey`).
+     */
+    uint64_t raddr;
+    /**
+     * Bytes to transfer; 0 is allowed (the WQE has no data segment).
+     */
+    uint32_t length;
+    /**
+     * Local key of `laddr`.
+     */
+    uint32_t lkey;
+    /**
+     * Remote key of `raddr`.
+     */
+    uint32_t rkey;
+    /**
+     * `RDD_SEND_FENCE`, `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`; and
+     * `RDD_SEND_DEFER_DOORBELL`, which counts on the last operation only
+     * (the burst then leaves its WQEs pending for a later doorbell).
+     */
+    uint32_t flags;
+} rdd_rdma_op;
+
+/**
+ * The fields of `struct mlx5dv_cq` (`mlx5dv_init_obj(MLX5DV_OBJ_CQ)`),
+ * laid out identically on LP64.
+ */
+typedef struct rdd_mlx5dv_cq {
+    /**
+     * First CQE, 64-byte aligned.
+     */
+    uint8_t *buf;
+    /**
+     * CQ doorbell record: `[0]` consumer index, `[1]` arm word.
+     */
+    uint32_t *dbrec;
+    /**
+     * Number of entries (power of two, at least 2).
+     */
+    uint32_t cqe_cnt;
+    /**
+     * 64 or 128.
+     */
+    uint32_t cqe_size;
+    /**
+     * UAR page for arming (register at +0x20); may be NULL if the CQ is
+     * never armed.
+     */
+    uint8_t *cq_uar;
+    /**
+     * CQ number.
+     */
+    uint32_t cqn;
+    /**
+     * `comp_mask` (unused here).
+     */
+    uint64_t comp_mask;
+} rdd_mlx5dv_cq;
 
 /**
  * What `rdd_exposure_get_info` reports.
@@ -2128,6 +2310,249 @@ rdd_status rdd_mlx5_rq_post(struct rdd_mlx5_rq_storage *rq,
                             const struct rdd_recv_wr *wrs,
                             size_t n,
                             size_t *out_bad_index);
+
+/**
+ * Initialises an SRQ handle in `srq` over the memory `geo` describes,
+ * with a side table `slots[0..nslots]` of at least `geo->nwqes` entries.
+ * The free list is linked as libmlx5 links a new SRQ (only the link words
+ * of the WQEs are written). The SRQ must be unused (as after creation).
+ *
+ * On failure the storage is not written. Errors: `NULL_PARAMETER`;
+ * `INVALID_ARGUMENT` (misaligned `srq` or `slots`); `INVALID_GEOMETRY`
+ * (stride, counts, NULL or misaligned buffer or record);
+ * `STORAGE_TOO_SMALL` (`nslots < nwqes`).
+ *
+ * # Safety
+ * - `srq` is valid for writes of one `rdd_mlx5_srq_storage`; `geo` is
+ *   valid for reads (copied; no alignment needed).
+ * - The WQE buffer, the doorbell record and `slots[0..nslots]` stay
+ *   valid and are written by no one else (the device only reads the
+ *   WQEs) until `rdd_mlx5_srq_fini`.
+ * - Every SGE posted later names memory the device may write until the
+ *   receive completes.
+ */
+rdd_status rdd_mlx5_srq_init(struct rdd_mlx5_srq_storage *srq,
+                             const struct rdd_mlx5_srq_geometry *geo,
+                             struct rdd_mlx5_srq_slot *slots,
+                             size_t nslots);
+
+/**
+ * Finalises an SRQ handle: the storage is zeroed and any further use is
+ * `INVALID_HANDLE`. Receives still posted stay in the SRQ (the SRQ itself
+ * is the caller's to destroy).
+ *
+ * # Safety
+ * `srq` is NULL or valid for reads and writes of one
+ * `rdd_mlx5_srq_storage`, and not in use by another thread.
+ */
+rdd_status rdd_mlx5_srq_fini(struct rdd_mlx5_srq_storage *srq);
+
+/**
+ * Posts one receive of one buffer (`laddr`, `length`, `lkey`) to the SRQ
+ * and, unless `flags` has `RDD_SEND_DEFER_DOORBELL`, publishes every
+ * receive posted so far in the doorbell record (receives have no MMIO
+ * doorbell). Any other flag bit is `INVALID_FLAGS`.
+ *
+ * Errors (nothing is written): `NULL_PARAMETER` / `INVALID_HANDLE`;
+ * `INVALID_FLAGS`; `TOO_MANY_SGES` when the SRQ's WQEs hold no data
+ * segment; `LENGTH_TOO_LARGE`; `RQ_FULL` when every WQE of the list is
+ * posted and not completed.
+ *
+ * # Safety
+ * `srq` as for `rdd_mlx5_srq_fini`; the buffer is memory the device may
+ * write until the receive completes.
+ */
+rdd_status rdd_mlx5_srq_recv(struct rdd_mlx5_srq_storage *srq,
+                             uint64_t wr_id,
+                             uint64_t laddr,
+                             uint32_t length,
+                             uint32_t lkey,
+                             uint32_t flags);
+
+/**
+ * Publishes the receives posted with `RDD_SEND_DEFER_DOORBELL` (a no-op
+ * when there are none).
+ *
+ * # Safety
+ * As for `rdd_mlx5_srq_fini`.
+ */
+rdd_status rdd_mlx5_srq_ring(struct rdd_mlx5_srq_storage *srq);
+
+/**
+ * Posts the receives `wrs[0..n]` to the SRQ and publishes them in the
+ * doorbell record, as `ibv_post_srq_recv`. Stops at the first rejected
+ * one with the rules of `rdd_mlx5_rq_post` (those before it are posted
+ * and published; `*out_bad_index` is written as there).
+ *
+ * # Safety
+ * `srq` as for `rdd_mlx5_srq_fini`; `wrs` points to `n` readable
+ * `rdd_recv_wr` whose `sg_list`s point to `num_sge` readable entries
+ * naming memory the device may write until the receive completes;
+ * `out_bad_index` is valid for a write.
+ */
+rdd_status rdd_mlx5_srq_post(struct rdd_mlx5_srq_storage *srq,
+                             const struct rdd_recv_wr *wrs,
+                             size_t n,
+                             size_t *out_bad_index);
+
+/**
+ * Polls up to `n` completions of the QP whose send queue is `sq` and
+ * which receives through `srq`, as `rdd_mlx5_cq_poll` does for a QP with
+ * its own receive queue. A responder completion (receive, or a receive
+ * error) of this QP whose 24-bit SRQ field equals `srq_key` completes
+ * the SRQ WQE its counter names, in any order; `srq_key` is the SRQ
+ * number (`rdd_mlx5_srq_geometry.srqn`) on a CQ with CQE version 0, the
+ * QP's user index with version 1 (docs/spec/mlx5.md §11). The counter is
+ * device-written: one outside the list or naming a WQE that is not
+ * posted is `CQE_CORRUPT` (the entry is consumed, as every corrupt entry
+ * is, and the SRQ is unchanged).
+ *
+ * `rq` may be NULL (a QP attached to an SRQ has no receive queue of its
+ * own): a responder completion of the QP that is not the SRQ's is then
+ * `CQE_CORRUPT`. Otherwise it is the QP's receive queue, for completions
+ * that do not carry `srq_key`.
+ *
+ * Errors and `*out_count` as for `rdd_mlx5_cq_poll`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_cq_poll`, and `srq` is valid for reads and writes of
+ * one `rdd_mlx5_srq_storage`, not in use by another thread.
+ */
+rdd_status rdd_mlx5_cq_poll_srq(struct rdd_mlx5_cq_storage *cq,
+                                struct rdd_mlx5_sq_storage *sq,
+                                struct rdd_mlx5_rq_storage *rq,
+                                struct rdd_mlx5_srq_storage *srq,
+                                uint32_t srq_key,
+                                struct rdd_wc *out,
+                                size_t n,
+                                size_t *out_count);
+
+/**
+ * Builds the address vector for `attr` into `*out` as libmlx5's
+ * `mlx5_create_ah` lays it out (docs/spec/mlx5.md §11).
+ *
+ * Errors (nothing is written): `NULL_PARAMETER`; `INVALID_ARGUMENT` for
+ * an unknown link layer, `is_global` other than 0 or 1, or a non-zero
+ * `reserved`; `INVALID_ATTRIBUTE` for a rate code above 15, a flow label
+ * wider than 20 bits, RoCE without a global route, and RoCE v2 with flow
+ * label 0.
+ *
+ * # Safety
+ * `attr` is valid for reads (copied; no alignment needed), `out` for a
+ * write of one `rdd_mlx5_av`.
+ */
+rdd_status rdd_mlx5_av_make(const struct rdd_mlx5_ah_attr *attr,
+                            struct rdd_mlx5_av *out);
+
+/**
+ * Initialises a send-queue handle for a UD QP: as `rdd_mlx5_sq_init`
+ * (same arguments, flags, storage and error rules), and the largest UD
+ * WQE `caps` allows (four octowords of control and datagram segment, then
+ * `max_send_sge` data segments or `max_inline_data` bytes inline) must
+ * fit the ring and a WQE (`INVALID_GEOMETRY` otherwise).
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_init`.
+ */
+rdd_status rdd_mlx5_sq_init_ud(struct rdd_mlx5_sq_storage *sq,
+                               const struct rdd_mlx5dv_qp *qp,
+                               uint32_t qpn,
+                               const struct rdd_qp_caps *caps,
+                               uint32_t flags,
+                               struct rdd_mlx5_sq_slot *wrid,
+                               size_t wrid_len);
+
+/**
+ * UD SEND of one buffer (`laddr`, `length`, `lkey`; a zero length sends
+ * an empty message) to the QP `remote_qpn` behind `av`, with Q_Key `qkey`
+ * (bit 31 set: the QP's own). `flags`: `RDD_SEND_FENCE`,
+ * `RDD_SEND_SIGNALED`, `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`;
+ * any other bit is `INVALID_FLAGS`. The WQE bytes are those libmlx5
+ * writes for the same `ibv_send_wr` (`testdata/mlx5/ud-srq-golden.txt`).
+ *
+ * Errors (nothing is written), in this order: `NULL_PARAMETER` /
+ * `INVALID_HANDLE`; `INVALID_FLAGS`; `NULL_POINTER` for a NULL `av`,
+ * `INVALID_ARGUMENT` for one not aligned to 8; `INVALID_ATTRIBUTE` on a
+ * queue that is not UD; `INVALID_QPN` for a destination wider than 24
+ * bits; the SGE checks of `rdd_mlx5_sq_post`; `SQ_FULL`;
+ * `INVALID_QP_STATE`.
+ *
+ * # Safety
+ * `sq` as for `rdd_mlx5_sq_fini`; `av` is NULL or valid for reads of one
+ * `rdd_mlx5_av`; the buffer is memory the device may read until the
+ * completion.
+ */
+rdd_status rdd_mlx5_sq_send_ud(struct rdd_mlx5_sq_storage *sq,
+                               const struct rdd_mlx5_av *av,
+                               uint32_t remote_qpn,
+                               uint32_t qkey,
+                               uint64_t wr_id,
+                               uint64_t laddr,
+                               uint32_t length,
+                               uint32_t lkey,
+                               uint32_t flags);
+
+/**
+ * UD SEND_WITH_IMM: as `rdd_mlx5_sq_send_ud`, and the receive completes
+ * with `imm` (host order, sent big-endian).
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_send_ud`.
+ */
+rdd_status rdd_mlx5_sq_send_ud_imm(struct rdd_mlx5_sq_storage *sq,
+                                   const struct rdd_mlx5_av *av,
+                                   uint32_t remote_qpn,
+                                   uint32_t qkey,
+                                   uint64_t wr_id,
+                                   uint64_t laddr,
+                                   uint32_t length,
+                                   uint32_t lkey,
+                                   uint32_t imm,
+                                   uint32_t flags);
+
+/**
+ * UD SEND of `data[0..length]` copied into the WQE (inline): as
+ * `rdd_mlx5_sq_send_ud`, and `RDD_SEND_INLINE` is accepted (and implied).
+ * After the flag and address-vector checks: a NULL `data` with a non-zero
+ * length is `NULL_POINTER`; `length` above the queue's `max_inline_data`
+ * is `INLINE_TOO_LARGE`.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_send_ud`; `data` is NULL or points to `length`
+ * readable bytes outside the send ring.
+ */
+rdd_status rdd_mlx5_sq_send_ud_inline(struct rdd_mlx5_sq_storage *sq,
+                                      const struct rdd_mlx5_av *av,
+                                      uint32_t remote_qpn,
+                                      uint32_t qkey,
+                                      uint64_t wr_id,
+                                      const void *data,
+                                      uint32_t length,
+                                      uint32_t flags);
+
+/**
+ * Posts the UD sends `wrs[0..n]` without ringing the doorbell; call
+ * `rdd_mlx5_sq_ring` after one or more posts (as `rdd_mlx5_sq_post`).
+ * Each `wr` follows the rules of an `rdd_wr` for `rdd_mlx5_sq_post`
+ * (`RDD_SEND_INLINE` and the SGE or inline-piece rules included), with
+ * opcode `RDD_WR_SEND` or
+ * `RDD_WR_SEND_WITH_IMM` (any other valid opcode is `UNSUPPORTED`: RDMA
+ * and atomics do not exist on UD), and the destination rules of
+ * `rdd_mlx5_sq_send_ud`.
+ *
+ * Stops at the first rejected request exactly as `rdd_mlx5_sq_post`
+ * does: those before it stay written (pending the doorbell), the queue is
+ * otherwise untouched, `*out_bad_index` is its index.
+ *
+ * # Safety
+ * As for `rdd_mlx5_sq_post`, and every `av` is NULL or valid for reads of
+ * one `rdd_mlx5_av`. `*out_bad_index` is written exactly as
+ * `rdd_mlx5_sq_post` writes it.
+ */
+rdd_status rdd_mlx5_sq_post_ud(struct rdd_mlx5_sq_storage *sq,
+                               const struct rdd_ud_wr *wrs,
+                               size_t n,
+                               size_t *out_bad_index);
 
 /**
  * RDMA WRITE of `length` bytes at `laddr` (key `lkey`) to `raddr` (key

@@ -22,6 +22,10 @@ mod wr_check;
 
 mod rq;
 
+mod srq;
+
+mod ud;
+
 mod ops;
 
 mod burst;
@@ -47,7 +51,9 @@ pub use desc::*;
 pub use ops::*;
 pub use rq::*;
 pub use sq::*;
+pub use srq::*;
 pub use storage::*;
+pub use ud::*;
 pub use wc::*;
 pub use wr_check::*;
 

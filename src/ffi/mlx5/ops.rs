@@ -114,6 +114,31 @@ unsafe fn send_sge(
 /// # Safety
 /// `sq` as for `rdd_mlx5_sq_fini`; `data` is NULL or points to `length`
 /// readable bytes outside the send ring.
+/// The payload `data[0..length]` of a per-opcode inline send, with the
+/// rules of an `rdd_wr` inline piece (`ffi::wr::parse_send`): a zero length
+/// is an empty payload whatever `data` is; otherwise a NULL `data` is
+/// `NULL_POINTER` and a length above `isize::MAX` `INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `data` is NULL or points to `length` readable bytes that live for `'a`.
+#[inline(always)]
+pub(super) unsafe fn inline_piece<'a>(
+    data: *const c_void,
+    length: u32,
+) -> Result<&'a [u8], rdd_status> {
+    if length == 0 {
+        Ok(&[])
+    } else if data.is_null() {
+        Err(rdd_status::NullPointer)
+    } else if length as usize > isize::MAX as usize {
+        Err(rdd_status::InvalidArgument)
+    } else {
+        // SAFETY: non-NULL, `length` readable bytes (caller contract),
+        // `length <= isize::MAX`; a byte slice needs no alignment.
+        Ok(unsafe { slice::from_raw_parts(data.cast::<u8>(), length as usize) })
+    }
+}
+
 #[inline(always)]
 unsafe fn send_inline(
     sq: *mut rdd_mlx5_sq_storage,
@@ -125,18 +150,8 @@ unsafe fn send_inline(
 ) -> rdd_status {
     // SAFETY: caller contract.
     let queue = try_status!(unsafe { send_args(sq, flags, INLINE_FLAGS) });
-    // The rules of an `rdd_wr` inline piece (`ffi::wr::parse_send`).
-    let piece: &[u8] = if length == 0 {
-        &[]
-    } else if data.is_null() {
-        return rdd_status::NullPointer;
-    } else if length as usize > isize::MAX as usize {
-        return rdd_status::InvalidArgument;
-    } else {
-        // SAFETY: non-NULL, `length` readable bytes (caller contract),
-        // `length <= isize::MAX`; a byte slice needs no alignment.
-        unsafe { slice::from_raw_parts(data.cast::<u8>(), length as usize) }
-    };
+    // SAFETY: caller contract on `data`.
+    let piece = try_status!(unsafe { inline_piece(data, length) });
     let pieces = [piece];
     let wr = SendWr::inline(wr_id, op, &pieces, wr_flags(flags));
     // SAFETY: an inline WR names no memory the device accesses; the

@@ -9,6 +9,7 @@ use crate::ffi::handle;
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{parse_recv, rdd_recv_wr};
 use crate::provider::mlx5::RecvQueue;
+use crate::wr::RecvWr;
 
 // ---------------------------------------------------------------------
 // Receive queue
@@ -92,31 +93,60 @@ pub unsafe extern "C" fn rdd_mlx5_rq_post(
         non_null!(out_bad_index);
         // SAFETY: caller contract on `rq`.
         let queue = try_status!(unsafe { handle::get(rq) });
-        non_null!(wrs);
-        if let Err(status) = check_array(wrs, n) {
-            // SAFETY: non-NULL (checked), valid for a write (contract).
-            unsafe { out_bad_index.write_unaligned(0) };
-            return status;
-        }
-        let mut result = rdd_status::Ok;
-        for i in 0..n {
-            // SAFETY: `wrs` is non-NULL, aligned, with `n` readable
-            // requests (checked / caller contract).
-            let wr = unsafe { &*wrs.add(i) };
-            // SAFETY: SGE contract forwarded from the caller.
-            let posted = match unsafe { parse_recv(wr) } {
-                // SAFETY: posting contract forwarded from the caller.
-                Ok(rwr) => unsafe { queue.post(&rwr) }.map_err(rdd_status::from),
-                Err(s) => Err(s),
-            };
-            if let Err(status) = posted {
-                // SAFETY: non-NULL (checked), valid for a write (contract).
-                unsafe { out_bad_index.write_unaligned(i) };
-                result = status;
-                break;
-            }
-        }
+        // SAFETY: `RecvQueue::post`'s contract is the caller's (the SGEs name
+        // memory the device may write until the receive completes).
+        let post = |w: &RecvWr<'_>| unsafe { queue.post(w) };
+        // SAFETY: caller contract.
+        let result = match unsafe { post_recv_each(wrs, n, out_bad_index, post) } {
+            Ok(st) => st,
+            Err(st) => return st,
+        };
         queue.ring();
         result
     })
+}
+
+/// The body of the receive-array posts (`rdd_mlx5_rq_post`,
+/// `rdd_mlx5_srq_post`) once the handle is checked: the array checks, then
+/// each request translated and handed to `post` until one is refused.
+/// `Err(status)`: the array itself was refused, nothing was posted (the
+/// caller returns at once); `Ok(status)`: the requests before the first
+/// refused one (all, on `OK`) were posted, and the caller publishes them.
+/// `*out_bad_index` is written as `rdd_mlx5_rq_post` documents.
+///
+/// # Safety
+/// `wrs` points to `n` readable requests whose SGE lists satisfy
+/// [`parse_recv`]; `out_bad_index` is non-NULL and valid for a write;
+/// `post`'s own contract holds for every request (caller contract).
+#[inline(always)]
+pub(super) unsafe fn post_recv_each(
+    wrs: *const rdd_recv_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+    mut post: impl FnMut(&RecvWr<'_>) -> crate::error::Result<()>,
+) -> Result<rdd_status, rdd_status> {
+    if wrs.is_null() {
+        return Err(rdd_status::NullParameter);
+    }
+    if let Err(status) = check_array(wrs, n) {
+        // SAFETY: non-NULL, valid for a write (contract).
+        unsafe { out_bad_index.write_unaligned(0) };
+        return Err(status);
+    }
+    for i in 0..n {
+        // SAFETY: `wrs` is non-NULL, aligned, with `n` readable requests
+        // (checked / caller contract).
+        let wr = unsafe { &*wrs.add(i) };
+        // SAFETY: SGE contract forwarded from the caller.
+        let posted = match unsafe { parse_recv(wr) } {
+            Ok(rwr) => post(&rwr).map_err(rdd_status::from),
+            Err(s) => Err(s),
+        };
+        if let Err(status) = posted {
+            // SAFETY: non-NULL, valid for a write (contract).
+            unsafe { out_bad_index.write_unaligned(i) };
+            return Ok(status);
+        }
+    }
+    Ok(rdd_status::Ok)
 }

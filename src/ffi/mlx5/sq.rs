@@ -9,7 +9,9 @@ use super::storage::{rdd_mlx5_sq_slot, rdd_mlx5_sq_storage};
 use crate::ffi::handle;
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{rdd_wr, NO_PIECES};
-use crate::provider::mlx5::{SendQueue, WrSlot};
+use crate::provider::mlx5::layout::Mlx5dvQp;
+use crate::provider::mlx5::{SendQueue, SqConfig, WrSlot};
+use crate::wr::QpCaps;
 
 // ---------------------------------------------------------------------
 // Send queue
@@ -49,28 +51,69 @@ pub unsafe extern "C" fn rdd_mlx5_sq_init(
     wrid_len: usize,
 ) -> rdd_status {
     ffi_boundary!({
-        non_null!(sq, qp, caps);
-        try_status!(check_array(wrid.cast_const(), wrid_len));
-        let cfg = try_status!(sq_config(flags));
-        // SAFETY: non-NULL and readable (caller contract); unaligned reads
-        // copy the descriptions without an alignment requirement.
-        let (qp, caps) = unsafe { (qp.read_unaligned(), caps.read_unaligned()) };
-        let Some(wrid) = NonNull::new(wrid.cast::<WrSlot>()) else {
-            return rdd_status::NullParameter;
-        };
-        // SAFETY: the memory contract of `SendQueue::from_raw` is the
-        // caller's (see `# Safety`); `rdd_mlx5_sq_slot` has the layout of
-        // `WrSlot` (asserted) and the pointer is aligned (checked).
-        let queue = match unsafe {
-            SendQueue::from_raw(&qp.to_core(), qpn, caps.to_core(), cfg, wrid, wrid_len)
-        } {
-            Ok(q) => q,
-            Err(e) => return e.into(),
-        };
-        // SAFETY: `sq` is non-NULL and valid for writes (caller contract).
-        try_status!(unsafe { handle::install(sq, queue) });
-        rdd_status::Ok
+        // SAFETY: caller contract.
+        unsafe {
+            init_send_queue(
+                sq,
+                qp,
+                qpn,
+                caps,
+                flags,
+                wrid,
+                wrid_len,
+                SendQueue::from_raw,
+            )
+        }
     })
+}
+
+/// The constructor of a send queue over mlx5 memory: `SendQueue::from_raw`
+/// (RC) or `SendQueue::from_raw_ud`.
+pub(super) type MakeSendQueue = unsafe fn(
+    &Mlx5dvQp,
+    u32,
+    QpCaps,
+    SqConfig,
+    NonNull<WrSlot>,
+    usize,
+) -> crate::error::Result<SendQueue>;
+
+/// The body of `rdd_mlx5_sq_init` and `rdd_mlx5_sq_init_ud`: the argument
+/// checks, the queue built by `make`, the handle installed.
+///
+/// # Safety
+/// The caller contract of `rdd_mlx5_sq_init`, and that of `make`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn init_send_queue(
+    sq: *mut rdd_mlx5_sq_storage,
+    qp: *const rdd_mlx5dv_qp,
+    qpn: u32,
+    caps: *const rdd_qp_caps,
+    flags: u32,
+    wrid: *mut rdd_mlx5_sq_slot,
+    wrid_len: usize,
+    make: MakeSendQueue,
+) -> rdd_status {
+    non_null!(sq, qp, caps);
+    try_status!(check_array(wrid.cast_const(), wrid_len));
+    let cfg = try_status!(sq_config(flags));
+    // SAFETY: non-NULL and readable (caller contract); unaligned reads
+    // copy the descriptions without an alignment requirement.
+    let (qp, caps) = unsafe { (qp.read_unaligned(), caps.read_unaligned()) };
+    let Some(wrid) = NonNull::new(wrid.cast::<WrSlot>()) else {
+        return rdd_status::NullParameter;
+    };
+    // SAFETY: the memory contract of `make` is the caller's (see
+    // `rdd_mlx5_sq_init`'s `# Safety`); `rdd_mlx5_sq_slot` has the layout of
+    // `WrSlot` (asserted) and the pointer is aligned (checked).
+    let queue = match unsafe { make(&qp.to_core(), qpn, caps.to_core(), cfg, wrid, wrid_len) } {
+        Ok(q) => q,
+        Err(e) => return e.into(),
+    };
+    // SAFETY: `sq` is non-NULL and valid for writes (caller contract).
+    try_status!(unsafe { handle::install(sq, queue) });
+    rdd_status::Ok
 }
 
 /// Finalises a send-queue handle: the storage is zeroed and any further
