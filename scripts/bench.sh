@@ -51,7 +51,7 @@ echo "bench.sh: artifacts in $OUT" >&2
 
 # ---- build -------------------------------------------------------------
 echo "bench.sh: building the Rust bench" >&2
-(cd "$ROOT" && "$CARGO" bench --no-run --bench post_poll --bench c_object \
+(cd "$ROOT" && "$CARGO" bench --no-run --bench post_poll --bench c_object --bench ud_srq \
 	--message-format=json-render-diagnostics) >"$OUT/cargo.json" ||
 	die "cargo bench --no-run failed"
 # bench_bin NAME: the executable of bench target NAME in cargo's output.
@@ -74,6 +74,7 @@ PY
 }
 RUST_BIN=$(bench_bin post_poll) || die "could not find the post_poll bench binary"
 OBJ_BIN=$(bench_bin c_object) || die "could not find the c_object bench binary"
+UDS_BIN=$(bench_bin ud_srq) || die "could not find the ud_srq bench binary"
 
 echo "bench.sh: compiling the C reference" >&2
 C_BIN="$OUT/mlx5_ref"
@@ -83,10 +84,12 @@ CFLAGS=(-O2 -std=c11 -g -Wall -Wextra)
 objdump -d --no-show-raw-insn "$RUST_BIN" >"$OUT/rust.dis" || die "objdump failed"
 objdump -d --no-show-raw-insn "$C_BIN" >"$OUT/c.dis" || die "objdump failed"
 objdump -d --no-show-raw-insn "$OBJ_BIN" >"$OUT/obj.dis" || die "objdump failed"
+objdump -d --no-show-raw-insn "$UDS_BIN" >"$OUT/uds.dis" || die "objdump failed"
 
 # ---- run ---------------------------------------------------------------
 # run IMPL BIN BENCH FN: one callgrind run collecting only inside FN.
-# IMPL is rust (post_poll), obj (c_object) or c (the C reference).
+# IMPL is rust (post_poll), obj (c_object), uds (ud_srq) or c (the C
+# reference).
 run() {
 	local impl=$1 bin=$2 bench=$3 fn=$4
 	local base="$OUT/$impl.$bench"
@@ -101,6 +104,7 @@ run() {
 
 # bench name | Rust function | C function ("-" = none). "obj:NAME" is row
 # NAME of benches/c_object.rs (the C object level on the software device),
+# "uds:NAME" row NAME of benches/ud_srq.rs (UD sends and SRQ receives),
 # every other row one of benches/post_poll.rs.
 ROWS=(
 	"post_1|rdd_post_1|ref_post_1"
@@ -129,11 +133,25 @@ ROWS=(
 	"obj:write_16|obj_write_16|-"
 	"obj:poll_n_1|obj_poll_n_1|-"
 	"obj:poll_n_16|obj_poll_n_16|-"
+	"uds:ud_post_1|uds_ud_post_1|-"
+	"uds:ud_post_16|uds_ud_post_16|-"
+	"uds:abi_ud_1|uds_abi_ud_1|-"
+	"uds:abi_ud_16|uds_abi_ud_16|-"
+	"uds:rq_post_1|uds_rq_post_1|-"
+	"uds:rq_post_16|uds_rq_post_16|-"
+	"uds:srq_post_1|uds_srq_post_1|-"
+	"uds:srq_post_16|uds_srq_post_16|-"
+	"uds:abi_srq_1|uds_abi_srq_1|-"
+	"uds:abi_srq_16|uds_abi_srq_16|-"
 )
 for row in "${ROWS[@]}"; do
 	IFS='|' read -r bench rfn cfn <<<"$row"
 	if [[ $bench == obj:* ]]; then
 		run obj "$OBJ_BIN" "${bench#obj:}" "$rfn"
+		continue
+	fi
+	if [[ $bench == uds:* ]]; then
+		run uds "$UDS_BIN" "${bench#uds:}" "$rfn"
 		continue
 	fi
 	run rust "$RUST_BIN" "$bench" "$rfn"
@@ -145,7 +163,7 @@ CPU=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^
 export BENCH_CPU=${CPU:-unknown} BENCH_NPROC=$(nproc 2>/dev/null || echo '?')
 export BENCH_RUSTC=$(rustc --version) BENCH_CC=$("$CC" --version | head -1)
 export BENCH_VALGRIND=$(valgrind --version) BENCH_ARCH=$(uname -m)
-export BENCH_ITERS_USED=$ITERS BENCH_RUST_BIN=$RUST_BIN BENCH_C_BIN=$C_BIN BENCH_OBJ_BIN=$OBJ_BIN
+export BENCH_ITERS_USED=$ITERS BENCH_RUST_BIN=$RUST_BIN BENCH_C_BIN=$C_BIN BENCH_OBJ_BIN=$OBJ_BIN BENCH_UDS_BIN=$UDS_BIN
 export BENCH_CFLAGS="${CFLAGS[*]}" BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 
 python3 - "$OUT" "${ROWS[@]}" <<'PY'
@@ -256,8 +274,9 @@ def result_line(path, bench):
             return m.group(1), int(m.group(2)), int(m.group(3))
     sys.exit(f"bench.sh: no result line for {bench} in {path}")
 
-dis = {impl: disassembly(f"{out}/{impl}.dis") for impl in ("rust", "c", "obj")}
-BIN_ENV = {"rust": "BENCH_RUST_BIN", "c": "BENCH_C_BIN", "obj": "BENCH_OBJ_BIN"}
+dis = {impl: disassembly(f"{out}/{impl}.dis") for impl in ("rust", "c", "obj", "uds")}
+BIN_ENV = {"rust": "BENCH_RUST_BIN", "c": "BENCH_C_BIN", "obj": "BENCH_OBJ_BIN",
+           "uds": "BENCH_UDS_BIN"}
 
 def measure(impl, bench):
     fn, calls, per = result_line(f"{out}/{impl}.{bench}.stdout", bench)
@@ -321,12 +340,24 @@ LABEL = {
     "obj:write_16": ("C object level: per-opcode, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
     "obj:poll_n_1": ("C object level: `rdd_cq_poll_n`, 1 CQE per call (extra)", "instr/CQE", None),
     "obj:poll_n_16": ("C object level: `rdd_cq_poll_n`, 16 CQEs per call (extra)", "instr/CQE", None),
+    "uds:ud_post_1": ("UD SEND, 1 WR per doorbell (extra)", "instr/WR", None),
+    "uds:ud_post_16": ("UD SEND, 16 WRs to 16 destinations per doorbell (extra)", "instr/WR", None),
+    "uds:abi_ud_1": ("C ABI: `rdd_mlx5_sq_send_ud`, 1 WR + doorbell (extra)", "instr/WR", None),
+    "uds:abi_ud_16": ("C ABI: `rdd_mlx5_sq_send_ud`, 15 deferred + 1 ringing, per WR (extra)", "instr/WR", None),
+    "uds:rq_post_1": ("RC receive, 1 per record update (extra)", "instr/WR", None),
+    "uds:rq_post_16": ("RC receive, 16 per record update (extra)", "instr/WR", None),
+    "uds:srq_post_1": ("SRQ receive, 1 per record update (extra)", "instr/WR", None),
+    "uds:srq_post_16": ("SRQ receive, 16 per record update (extra)", "instr/WR", None),
+    "uds:abi_srq_1": ("C ABI: `rdd_mlx5_srq_recv`, 1 + record update (extra)", "instr/WR", None),
+    "uds:abi_srq_16": ("C ABI: `rdd_mlx5_srq_recv`, 15 deferred + 1 publishing, per WR (extra)", "instr/WR", None),
 }
 
 res = []
 for bench, rfn, cfn in rows:
     if bench.startswith("obj:"):
         r = measure("obj", bench[len("obj:"):])
+    elif bench.startswith("uds:"):
+        r = measure("uds", bench[len("uds:"):])
     else:
         r = measure("rust", bench)
     c = measure("c", bench) if cfn != "-" else None
@@ -350,7 +381,9 @@ print(f"- {env['BENCH_RUSTC']}; C: {env['BENCH_CC']}, `{env['BENCH_CFLAGS']}`; {
 print(f"- {env['BENCH_ITERS_USED']} calls per measured function; Ir counted only inside it "
       f"(`--toggle-collect`), divided by calls × ops per call")
 print("- WR: RC RDMA_WRITE, 8 bytes, one SGE, signaled; fields are runtime values read from a "
-      "descriptor in memory (same struct for both languages)\n")
+      "descriptor in memory (same struct for both languages); the UD and receive rows "
+      "(`benches/ud_srq.rs`): UD SEND of 8 bytes with one SGE, signaled, and one-SGE "
+      "receives of 4 KiB\n")
 print("| operation | unit | rdma-direct | C reference | rdma-direct / C | target | met? "
       "| fences/op rdma-direct | fences/op C | ibv_post_send 276 / rdma-direct |")
 print("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")

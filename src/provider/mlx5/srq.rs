@@ -276,6 +276,7 @@ impl Srq {
     ///
     /// # Safety
     /// Every SGE must name memory the device may write until completion.
+    #[inline(always)]
     pub unsafe fn post(&mut self, wr: &RecvWr<'_>) -> Result<()> {
         if wr.sges.len() > self.max_gs as usize {
             return Err(Error::TooManySges);
@@ -319,6 +320,7 @@ impl Srq {
 
     /// Publishes posted receives: to-device barrier, then the doorbell
     /// record = the 16-bit posted count (docs/spec/mlx5.md §11).
+    #[inline(always)]
     pub fn ring(&mut self) {
         if self.rung == self.counter {
             return;

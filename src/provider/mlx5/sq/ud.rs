@@ -9,7 +9,7 @@
 //! without a test of their own.
 
 use super::wqe::Plan;
-use super::{byte3, SendQueue, WrSlot};
+use super::{by_shape, byte3, SendQueue, WrSlot};
 use crate::error::{Error, Result};
 use crate::provider::mlx5::layout::{ctrl_flags, opcode, Be16, Be32, Mlx5dvQp, MAX_DS};
 use crate::wr::{Payload, QpCaps, SendOp, SendWr};
@@ -264,7 +264,20 @@ impl SendQueue {
     ///
     /// # Safety
     /// As for [`SendQueue::post`].
+    #[inline(always)]
     pub unsafe fn post_ud(&mut self, wr: &SendWr<'_>, dest: &UdDest<'_>) -> Result<()> {
+        // SAFETY: forwarded contract.
+        by_shape!(wr, unsafe { self.post_ud_shaped(wr, dest) })
+    }
+
+    /// [`SendQueue::post_ud`] for one shape (see [`by_shape`]): compiled
+    /// once per common shape, so a one-SGE or inline SEND gets
+    /// straight-line code.
+    ///
+    /// # Safety
+    /// As for [`SendQueue::post`].
+    #[inline(always)]
+    unsafe fn post_ud_shaped(&mut self, wr: &SendWr<'_>, dest: &UdDest<'_>) -> Result<()> {
         if !self.ud {
             return Err(Error::InvalidAttribute);
         }
