@@ -14,6 +14,7 @@ use crate::SeedWriter;
 
 mod recover;
 mod submit;
+mod ud_srq;
 
 /// Op codes of `wqe_encode` (the op byte is taken modulo 16).
 mod wqe_op {
@@ -1034,6 +1035,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     }
     for (name, bytes) in recover::seeds() {
         v.push(("recover_ops", name, bytes));
+    }
+    for (name, bytes) in ud_srq::seeds() {
+        v.push(("ud_srq_ops", name, bytes));
     }
     v.extend(crate::seeds_lean::all());
     v
