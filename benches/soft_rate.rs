@@ -205,6 +205,7 @@ fn rig() -> Result<Rig, String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     // Sized by the CQ guard's worst case (every WR the queues hold).
     let depth = dev.cq_depth_for(&[&init]);

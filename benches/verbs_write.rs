@@ -258,6 +258,7 @@ fn pair(a: &Args) -> Result<Pair, String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     let mut qa = pd
         .create_qp(&cq_a, &cq_a, &init)

@@ -121,6 +121,7 @@ fn run<B: Backend>(dev: &Device<B>, args: &Args, label: &str) -> Result<(), Stri
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
+        srq: None,
     };
     let depth = dev.cq_depth_for(&[&init]);
     let mut cq_a = dev.create_cq(depth).map_err(e("create_cq"))?;

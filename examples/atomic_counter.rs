@@ -238,6 +238,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     // All peer QPs share one CQ: atomics produce no responder completion,
     // but the CQ guard counts what their queues could hold (a flush).

@@ -286,6 +286,7 @@ mod imp {
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
+            srq: None,
         }
     }
 

@@ -233,6 +233,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     // Deep enough for the worst case the CQ guard checks (every WR the
     // queues can hold).

@@ -57,6 +57,12 @@ pub struct QpInit {
     pub max_recv_sge: u32,
     /// Inline bytes per send WR.
     pub max_inline_data: u32,
+    /// The shared receive queue this QP takes its receives from, if any
+    /// (`ibv_qp_init_attr.srq`). Such a QP has no receive queue of its own:
+    /// `max_recv_wr` and `max_recv_sge` are ignored, and receives are
+    /// posted to the SRQ. Devices without SRQs refuse it with
+    /// [`crate::Error::Unsupported`].
+    pub srq: Option<SrqId>,
 }
 
 impl Default for QpInit {
@@ -67,8 +73,44 @@ impl Default for QpInit {
             max_send_sge: 4,
             max_recv_sge: 4,
             max_inline_data: 64,
+            srq: None,
         }
     }
+}
+
+/// Names a shared receive queue for [`QpInit::srq`]: its number on the
+/// device and a key that tells this SRQ from a later one that reuses the
+/// number. The safe API hands it out (`api::Srq::id`) and checks both
+/// parts; a device looks at the number only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SrqId {
+    /// SRQ number on its device.
+    pub srqn: u32,
+    /// Identifies the SRQ object the number belongs to (0 for an SRQ made
+    /// at the device level).
+    pub key: u64,
+}
+
+impl SrqId {
+    /// The SRQ numbered `srqn` on the device (key 0), for device-level
+    /// callers such as the software device's `create_qp`.
+    pub const fn from_srqn(srqn: u32) -> SrqId {
+        SrqId { srqn, key: 0 }
+    }
+}
+
+/// What a shared receive queue holds (`ibv_srq_attr`), as created or
+/// queried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Receives the SRQ can hold at once.
+    pub max_wr: u32,
+    /// Scatter entries per receive.
+    pub max_sge: u32,
+    /// The armed limit (0: not armed). Arming it asks for one
+    /// `SrqLimitReached` event once fewer receives than this are posted
+    /// and not yet taken by the device; the event disarms it again.
+    pub srq_limit: u32,
 }
 
 /// The address of the peer a connected QP talks to (`ibv_ah_attr`).

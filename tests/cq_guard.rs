@@ -18,6 +18,7 @@ const SMALL: QpInit = QpInit {
     max_send_sge: 1,
     max_recv_sge: 1,
     max_inline_data: 0,
+    srq: None,
 };
 
 #[test]

@@ -91,6 +91,7 @@ fn init() -> QpInit {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     }
 }
 

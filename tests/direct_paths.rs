@@ -45,6 +45,7 @@ const SMALL: QpInit = QpInit {
     max_send_sge: 2,
     max_recv_sge: 2,
     max_inline_data: 64,
+    srq: None,
 };
 
 fn fill(m: &mut Mr<Dev>, seed: u8) {

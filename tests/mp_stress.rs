@@ -308,6 +308,7 @@ fn four_producers_millions_of_wrs_each_once() {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 8,
+        srq: None,
     };
     let mut a = pd.create_qp(&cq, &cq, &init).unwrap();
     let mut b = pd.create_qp(&peer_cq, &peer_cq, &init).unwrap();

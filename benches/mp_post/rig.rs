@@ -53,6 +53,7 @@ pub(crate) fn rig(depth: u32, producers: usize) -> Result<Rig, String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     // Sized by the CQ guard's worst case (every WR the queues hold).
     let cq = dev

@@ -137,6 +137,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 64,
+        srq: None,
     };
     let mut sides = Vec::new();
     for id in 0..2u8 {

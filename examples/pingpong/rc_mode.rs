@@ -82,6 +82,7 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
+        srq: None,
     };
     // rx_depth + 1 entries, as ibv_rc_pingpong, or more if the device
     // rounds the queues up (the CQ guard counts what they can hold).

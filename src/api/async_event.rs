@@ -39,6 +39,14 @@ pub enum AsyncEvent {
         /// QP number.
         qpn: u32,
     },
+    /// An armed SRQ limit was crossed: fewer receives than the limit are
+    /// posted to the SRQ and not yet taken (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    /// The event disarms the limit; [`super::Srq::arm_limit`] arms it
+    /// again.
+    SrqLimitReached {
+        /// SRQ number ([`super::Srq::srqn`]).
+        srqn: u32,
+    },
     /// A CQ overran or failed (`IBV_EVENT_CQ_ERR`); its completions are
     /// no longer reliable.
     CqError {
@@ -77,6 +85,14 @@ impl AsyncEvent {
             | AsyncEvent::CommEstablished { qpn }
             | AsyncEvent::SqDrained { qpn }
             | AsyncEvent::LastWqeReached { qpn } => Some(qpn),
+            _ => None,
+        }
+    }
+
+    /// The SRQ the event is about, if any.
+    pub const fn srqn(&self) -> Option<u32> {
+        match *self {
+            AsyncEvent::SrqLimitReached { srqn } => Some(srqn),
             _ => None,
         }
     }

@@ -5,8 +5,9 @@ use std::any::Any;
 use std::boxed::Box;
 use std::sync::Arc;
 
+use crate::attr::SrqAttr;
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{Mlx5dvCq, Mlx5dvQp};
+use crate::provider::mlx5::{Mlx5dvCq, Mlx5dvQp, SrqGeometry};
 use crate::wr::{QpCaps, RecvWr, SendWr};
 
 use super::{Access, AsyncEvent, QpInit, QpModify, QpState, Wc};
@@ -140,6 +141,26 @@ pub struct RawQp {
     pub keep: Arc<dyn Any + Send + Sync>,
 }
 
+/// The queue of a shared receive queue as a backend hands it out.
+pub enum RawSrqPath {
+    /// An mlx5 SRQ ring (docs/spec/mlx5.md §11), written by the crate's
+    /// core ([`crate::provider::mlx5::Srq`]).
+    Mlx5(SrqGeometry),
+}
+
+/// What a backend hands out for a shared receive queue.
+pub struct RawSrq {
+    /// The queue.
+    pub path: RawSrqPath,
+    /// SRQ number (never 0 on the mlx5 path: a CQE's SRQ field is 0 for
+    /// QPs without one).
+    pub srqn: u32,
+    /// Granted sizes (the limit is 0: not armed).
+    pub attr: SrqAttr,
+    /// Keeps the queue memory alive.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
 /// The keys of a registered region. They differ on some devices; use the
 /// lkey in local SGEs and hand the rkey to peers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -220,7 +241,32 @@ pub trait Backend: Send + Sync + 'static {
     fn create_cq(&self, depth: u32) -> Result<RawCq>;
     /// Destroys a CQ.
     fn destroy_cq(&self, cqn: u32) -> Result<()>;
-    /// Creates an RC QP in RESET.
+    /// Creates a shared receive queue in `pd` for at least `max_wr`
+    /// receives of `max_sge` scatter entries. The default, for devices
+    /// (or data paths) without SRQs, is [`Error::Unsupported`].
+    fn create_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawSrq> {
+        let _ = (pd, max_wr, max_sge);
+        Err(Error::Unsupported)
+    }
+    /// Destroys an SRQ; one with QPs attached is [`Error::ResourceBusy`]
+    /// and stays as it was.
+    fn destroy_srq(&self, srqn: u32) -> Result<()> {
+        let _ = srqn;
+        Err(Error::Unsupported)
+    }
+    /// Arms the SRQ's limit (0 disarms; see [`SrqAttr::srq_limit`]).
+    fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<()> {
+        let _ = (srqn, limit);
+        Err(Error::Unsupported)
+    }
+    /// The SRQ's sizes and armed limit.
+    fn query_srq(&self, srqn: u32) -> Result<SrqAttr> {
+        let _ = srqn;
+        Err(Error::Unsupported)
+    }
+    /// Creates an RC QP in RESET (on the SRQ [`QpInit::srq`] names, if
+    /// set: backends without SRQs refuse that with
+    /// [`Error::Unsupported`]).
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp>;
     /// Changes a QP's state.
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;

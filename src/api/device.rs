@@ -27,6 +27,19 @@ impl<B: Backend> Clone for Device<B> {
 pub(super) struct PdInner<B: Backend> {
     pub(super) b: Arc<B>,
     pub(super) pd: u32,
+    /// The SRQs made in this PD, for [`QpInit::srq`] to name (dead entries
+    /// are pruned when an SRQ is made).
+    pub(super) srqs: std::sync::Mutex<std::vec::Vec<std::sync::Weak<super::srq::SrqInner<B>>>>,
+}
+
+impl<B: Backend> PdInner<B> {
+    pub(super) fn srqs(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::vec::Vec<std::sync::Weak<super::srq::SrqInner<B>>>> {
+        // A list of weak references: a panic while holding it cannot tear
+        // anything.
+        self.srqs.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl<B: Backend> Drop for PdInner<B> {
@@ -104,6 +117,7 @@ impl<B: Backend> Device<B> {
             inner: Arc::new(PdInner {
                 b: Arc::clone(&self.b),
                 pd,
+                srqs: std::sync::Mutex::new(std::vec::Vec::new()),
             }),
         })
     }

@@ -44,15 +44,17 @@ mod qp_query;
 mod recovery;
 mod shared_qp;
 mod soft_backend;
+mod srq;
 
 pub use crate::event::{Adaptive, AdaptiveConfig, WaitMode};
 
-pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
+pub use crate::attr::{Access, AddressVector, QpInit, QpModify, SrqAttr, SrqId};
 pub use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 
 pub use async_event::AsyncEvent;
 pub use backend::{
-    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawQp, RawQpPath, Transport,
+    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawQp, RawQpPath, RawSrq,
+    RawSrqPath, Transport,
 };
 pub(crate) use connect::checked_connect_steps;
 pub(crate) use connect::connect_steps_for;
@@ -67,3 +69,4 @@ pub(crate) use qp_query::recovery_phase;
 pub use qp_query::{QpQuery, QpRecovery};
 pub use recovery::Recovery;
 pub use shared_qp::{SharedQp, SharedQpPoller, SharedRetirer};
+pub use srq::{Srq, SrqRoute};

@@ -73,11 +73,32 @@ impl<B: Backend> Pd<B> {
 
     /// Creates an RC QP (in RESET) whose sends complete on `send_cq` and
     /// receives on `recv_cq`.
+    ///
+    /// With [`QpInit::srq`] set ([`super::Srq::id`] of an SRQ of this PD)
+    /// the QP takes its receives from that SRQ; an id that names no live
+    /// SRQ of this PD is [`Error::NoSuchObject`]. The sizing guard counts
+    /// the SRQ's `max_wr` once on each receive CQ its QPs use (every SRQ
+    /// receive may complete on any of them, and a QP in ERROR flushes
+    /// none of the SRQ's), the QP's own demand being its send queue only.
     pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
         let b = &self.inner.b;
+        let srq = match init.srq {
+            None => None,
+            Some(id) => Some(self.find_srq(id)?),
+        };
+        // Held until the QP is attached, so a concurrent `Srq::destroy`
+        // either finishes first or sees the QP.
+        let mut uses = srq.as_ref().map(|s| s.lock());
+        if uses.as_ref().is_some_and(|u| u.destroyed) {
+            return Err(Error::NoSuchObject);
+        }
         let raw = b.create_qp(self.inner.pd, send_cq.inner.cqn, recv_cq.inner.cqn, init)?;
+        let queues = |dv| match srq {
+            None => Mlx5Queues::new(dv, raw.qpn, raw.caps),
+            Some(_) => Mlx5Queues::new_on_srq(dv, raw.qpn, raw.caps),
+        };
         let path = match raw.path {
-            RawQpPath::Mlx5(dv) => match Mlx5Queues::new(dv, raw.qpn, raw.caps) {
+            RawQpPath::Mlx5(dv) => match queues(dv) {
                 Ok(q) => QpPath::Mlx5(q),
                 Err(e) => {
                     let _ = b.destroy_qp(raw.qpn);
@@ -102,6 +123,15 @@ impl<B: Backend> Pd<B> {
             let _ = b.destroy_qp(raw.qpn);
             return Err(e);
         }
+        if let (Some(s), Some(u)) = (&srq, uses.as_deref_mut()) {
+            if let Err(e) = s.attach(u, &recv_cq.inner) {
+                demand.release(&send_cq.inner, &recv_cq.inner);
+                drop(path);
+                let _ = b.destroy_qp(raw.qpn);
+                return Err(e);
+            }
+        }
+        drop(uses);
         // Relaxed: a count read only by `Qp::drain_and_reset`'s check.
         send_cq.inner.users.fetch_add(1, Ordering::Relaxed);
         recv_cq.inner.users.fetch_add(1, Ordering::Relaxed);
@@ -115,6 +145,7 @@ impl<B: Backend> Pd<B> {
             psn: raw.psn & 0xff_ffff,
             path,
             connection: None,
+            srq,
             _keep: raw.keep,
         })
     }

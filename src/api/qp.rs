@@ -16,6 +16,7 @@ use crate::wr::{QpCaps, RecvWr, SendWr};
 use super::connect::checked_connect_steps;
 use super::cq::{CqDemand, CqInner};
 use super::device::PdInner;
+use super::srq::SrqInner;
 use super::{
     connect_steps_for, fitting_prefix, signaled, Backend, ConnectAttr, QpConnection, QpDriver,
     QpInfo, QpModify, QpState, Transport,
@@ -34,6 +35,8 @@ pub struct Qp<B: Backend> {
     pub(super) path: QpPath,
     /// What the last successful [`Qp::connect`] used (cleared by RESET).
     pub(super) connection: Option<QpConnection>,
+    /// The SRQ this QP takes its receives from ([`QpInit::srq`](super::QpInit::srq)).
+    pub(super) srq: Option<Arc<SrqInner<B>>>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -55,6 +58,10 @@ pub(super) struct Mlx5Queues {
     _sq_wrid: Box<[WrSlot]>,
     pub(super) _rq_wrid: Box<[u64]>,
     pub(super) dv: Mlx5dvQp,
+    /// For a QP on an SRQ, which has no receive queue: the memory of the
+    /// one-entry stand-in `rq` (never posted to, never seen by the device),
+    /// so the CQ routes keep their shape.
+    _no_rq: Option<crate::util::AlignedBuf>,
 }
 
 // SAFETY: the raw queue descriptor (`dv`) only names memory kept alive by
@@ -65,8 +72,46 @@ unsafe impl<B: Backend> Send for Qp<B> {}
 impl Mlx5Queues {
     /// Builds the core's queues over a backend's mlx5 descriptor.
     pub(super) fn new(dv: Mlx5dvQp, qpn: u32, caps: QpCaps) -> Result<Mlx5Queues> {
+        Self::build(dv, qpn, caps, None)
+    }
+
+    /// Builds the queues of a QP on an SRQ: the descriptor has no receive
+    /// queue (`rq_wqe_cnt` 0), so the core's `rq` is a one-entry stand-in
+    /// over private memory, with its own doorbell word. [`Qp::post_recv`]
+    /// refuses before reaching it, and the device never reads it.
+    pub(super) fn new_on_srq(dv: Mlx5dvQp, qpn: u32, caps: QpCaps) -> Result<Mlx5Queues> {
+        let mem = crate::util::AlignedBuf::new(64);
+        Self::build(dv, qpn, caps, Some(mem))
+    }
+
+    fn build(
+        dv: Mlx5dvQp,
+        qpn: u32,
+        caps: QpCaps,
+        no_rq: Option<crate::util::AlignedBuf>,
+    ) -> Result<Mlx5Queues> {
+        // The stand-in RQ's geometry: one 16-byte entry at +0, its doorbell
+        // word at +32 of the private buffer.
+        let rq_dv = match &no_rq {
+            None => dv,
+            Some(m) => Mlx5dvQp {
+                rq_buf: m.ptr(),
+                rq_wqe_cnt: 1,
+                rq_stride: 16,
+                // SAFETY: +32 is inside the 64-byte buffer.
+                dbrec: unsafe { m.ptr().add(32) }.cast(),
+                ..dv
+            },
+        };
+        let rq_caps = match &no_rq {
+            None => caps,
+            Some(_) => QpCaps {
+                max_recv_sge: 0,
+                ..caps
+            },
+        };
         let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize].into_boxed_slice();
-        let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize].into_boxed_slice();
+        let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize].into_boxed_slice();
         // SAFETY: the descriptor names queue memory kept alive by the
         // backend's `keep` (held by the Qp next to these queues); the side
         // tables are boxed and owned alongside; SGEs posted through the safe
@@ -82,11 +127,12 @@ impl Mlx5Queues {
                 sq_wrid.len(),
             )
         }?;
-        // SAFETY: as above.
+        // SAFETY: as above (or the stand-in's private memory, owned by the
+        // returned queues).
         let mut rq = unsafe {
             RecvQueue::from_raw(
-                &dv,
-                &caps,
+                &rq_dv,
+                &rq_caps,
                 NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
                 rq_wrid.len(),
             )
@@ -99,6 +145,7 @@ impl Mlx5Queues {
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             dv,
+            _no_rq: no_rq,
         })
     }
 }
@@ -138,6 +185,10 @@ impl<B: Backend> Qp<B> {
             QpPath::Mlx5(q) => q.sq.failure().or(q.rq.failure()),
             QpPath::Driver(p) => p.failure(),
         }
+    }
+    /// The SRQ this QP takes its receives from, if it was created on one.
+    pub fn srqn(&self) -> Option<u32> {
+        self.srq.as_ref().map(|s| s.srqn)
     }
     /// This QP's initial send PSN.
     pub fn psn(&self) -> u32 {
@@ -301,8 +352,20 @@ impl<B: Backend> Qp<B> {
     }
 
     /// Posts receive WRs with one doorbell-record update.
+    ///
+    /// A QP created on an SRQ ([`QpInit::srq`](super::QpInit::srq)) has no
+    /// receive queue of its own: its receives go to
+    /// [`Srq::post_recv`](super::Srq::post_recv), and posting here is
+    /// [`Error::InvalidAttribute`] with nothing written (as rxe's
+    /// `EINVAL`).
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        if self.srq.is_some() {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidAttribute,
+            });
+        }
         if self._recv_cq.metered() {
             return self.post_recv_metered(wrs);
         }
@@ -393,6 +456,9 @@ impl<B: Backend> Drop for Qp<B> {
         self._send_cq.users.fetch_sub(1, Ordering::Relaxed);
         self._recv_cq.users.fetch_sub(1, Ordering::Relaxed);
         self.demand.release(&self._send_cq, &self._recv_cq);
+        if let Some(s) = &self.srq {
+            s.detach(&self._recv_cq);
+        }
     }
 }
 

@@ -71,6 +71,11 @@ impl<B: Backend> Qp<B> {
     /// The CQs must serve only this QP (other QPs' completions would be
     /// consumed): otherwise [`Error::ResourceBusy`]. Gives up with
     /// [`Error::Timeout`] after `timeout`.
+    ///
+    /// Not yet for a QP on an SRQ ([`Error::Unsupported`], nothing done):
+    /// its receive completions need the SRQ's route. Move it to ERROR and
+    /// RESET with [`Qp::modify`] after polling its CQs through
+    /// [`super::Srq::route`].
     pub fn drain_and_reset(
         &mut self,
         send_cq: &mut Cq<B>,
@@ -78,6 +83,9 @@ impl<B: Backend> Qp<B> {
         timeout: Duration,
         mut on_wc: impl FnMut(&Wc),
     ) -> Result<Recovery> {
+        if self.srq.is_some() {
+            return Err(Error::Unsupported);
+        }
         let own_send = Arc::ptr_eq(&send_cq.inner, &self._send_cq);
         let own_recv = match &recv_cq {
             Some(c) => Arc::ptr_eq(&c.inner, &self._recv_cq),

@@ -68,8 +68,12 @@ impl<B: Backend> Qp<B> {
     /// side. Posting is lock-free from any number of threads; doorbells
     /// coalesce.
     ///
-    /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise).
+    /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise, and for
+    /// a QP on an SRQ, whose receives the shared poller cannot complete).
     pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
+        if self.srq.is_some() {
+            return Err(Error::Unsupported);
+        }
         let QpPath::Mlx5(q) = &self.path else {
             return Err(Error::Unsupported);
         };

@@ -5,7 +5,7 @@ use crate::error::Result;
 
 use super::{
     Access, AsyncEvent, Backend, MrKeys, PortInfo, QpInit, QpModify, RawCq, RawCqPath, RawQp,
-    RawQpPath, Transport,
+    RawQpPath, RawSrq, RawSrqPath, SrqAttr, Transport,
 };
 
 impl Backend for crate::soft::SoftDevice {
@@ -60,6 +60,28 @@ impl Backend for crate::soft::SoftDevice {
             keep: q.mem,
         })
     }
+    fn create_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawSrq> {
+        let s = crate::soft::SoftDevice::create_srq(self, pd, max_wr, max_sge)?;
+        Ok(RawSrq {
+            path: RawSrqPath::Mlx5(s.geo),
+            srqn: s.srqn,
+            attr: SrqAttr {
+                max_wr: s.max_wr,
+                max_sge: s.max_sge,
+                srq_limit: 0,
+            },
+            keep: s.mem,
+        })
+    }
+    fn destroy_srq(&self, srqn: u32) -> Result<()> {
+        crate::soft::SoftDevice::destroy_srq(self, srqn)
+    }
+    fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<()> {
+        crate::soft::SoftDevice::arm_srq_limit(self, srqn, limit)
+    }
+    fn query_srq(&self, srqn: u32) -> Result<SrqAttr> {
+        crate::soft::SoftDevice::query_srq(self, srqn)
+    }
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         crate::soft::SoftDevice::modify_qp(self, qpn, m)
     }
@@ -67,7 +89,10 @@ impl Backend for crate::soft::SoftDevice {
         crate::soft::SoftDevice::destroy_qp(self, qpn)
     }
     fn cq_demand(&self, init: &QpInit) -> (u32, u32) {
-        crate::provider::mlx5::geometry::queue_sizes(init)
+        let (s, r) = crate::provider::mlx5::geometry::queue_sizes(init);
+        // A QP on an SRQ has no receive queue; the SRQ's receives are
+        // counted once per CQ by `Pd::create_qp`.
+        (s, if init.srq.is_some() { 0 } else { r })
     }
     fn cq_event_fd(&self, cqn: u32) -> Result<i32> {
         crate::soft::SoftDevice::cq_event_fd(self, cqn)
@@ -84,6 +109,12 @@ impl Backend for crate::soft::SoftDevice {
                     AsyncEvent::QpRequestError { qpn }
                 }
                 crate::soft::AsyncEvent::QpAccessError { qpn } => AsyncEvent::QpAccessError { qpn },
+                crate::soft::AsyncEvent::SrqLimitReached { srqn } => {
+                    AsyncEvent::SrqLimitReached { srqn }
+                }
+                crate::soft::AsyncEvent::LastWqeReached { qpn } => {
+                    AsyncEvent::LastWqeReached { qpn }
+                }
             }),
         )
     }

@@ -52,6 +52,20 @@ pub enum AsyncEvent {
         /// QP number of the responder.
         qpn: u32,
     },
+    /// An armed SRQ limit was crossed: fewer receives than the limit are
+    /// posted and not yet taken (`IBV_EVENT_SRQ_LIMIT_REACHED`). The limit
+    /// is disarmed; arm it again for another event.
+    SrqLimitReached {
+        /// SRQ number.
+        srqn: u32,
+    },
+    /// A QP attached to an SRQ is in the error state and will take no
+    /// more receives from it (`IBV_EVENT_QP_LAST_WQE_REACHED`, raised once
+    /// per entry into ERROR).
+    LastWqeReached {
+        /// QP number.
+        qpn: u32,
+    },
 }
 
 /// Fault injection, for tests.

@@ -116,11 +116,15 @@ impl Engine {
         }
     }
 
-    /// In ERROR, completes every posted receive with a flush error.
+    /// In ERROR, completes every posted receive with a flush error (a QP
+    /// on an SRQ has none of its own: see `Engine::srq_qp_in_error`).
     pub(super) fn flush_rq(&mut self, qi: usize) -> usize {
         let q = self.qps[qi].as_ref().expect("checked");
         if q.state != QpState::Error {
             return 0;
+        }
+        if q.srq.is_some() {
+            return self.srq_qp_in_error(qi);
         }
         // SAFETY: word 0 of the QP doorbell record.
         let head = unsafe { mmio::read_dbrec(q.dbrec) } & 0xffff;

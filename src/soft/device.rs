@@ -40,6 +40,7 @@ impl SoftDevice {
                     mrs: MrTable::default(),
                     qps: Vec::new(),
                     cqs: Vec::new(),
+                    srqs: Vec::new(),
                     pds: Vec::new(),
                     events: VecDeque::new(),
                     events_fd: None,
@@ -107,7 +108,8 @@ impl SoftDevice {
     /// Frees a protection domain.
     pub fn dealloc_pd(&self, pd: u32) -> Result<()> {
         let mut e = self.engine();
-        let busy = e.qps.iter().flatten().any(|q| q.pd == pd);
+        let busy = e.qps.iter().flatten().any(|q| q.pd == pd)
+            || e.srqs.iter().flatten().any(|s| s.pd == pd);
         match e.pds.get_mut((pd as usize).wrapping_sub(1)) {
             Some(live @ true) => {
                 if busy {
@@ -241,7 +243,24 @@ impl SoftDevice {
 
     /// Creates an RC QP in RESET, sized like rdma-core sizes mlx5 QPs
     /// (docs/spec/mlx5.md §2, §6).
+    ///
+    /// With [`QpInit::srq`] set the QP takes its receives from that SRQ
+    /// (which must exist, [`Error::NoSuchObject`], and be in the same PD,
+    /// [`Error::InvalidAttribute`]): it has no receive queue (the
+    /// descriptor's `rq_wqe_cnt` and `rq_stride` are 0, as `mlx5dv_init_obj`
+    /// reports for such a QP), and `max_recv_wr` / `max_recv_sge` are not
+    /// used.
     pub fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<SoftQp> {
+        // A QP on an SRQ has no RQ: its receive sizes are not looked at.
+        let rq_init = match init.srq {
+            None => *init,
+            Some(_) => QpInit {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..*init
+            },
+        };
+        let init = &rq_init;
         if init.max_send_wr == 0
             || init.max_send_sge > 30
             || init.max_recv_sge > 64
@@ -261,8 +280,10 @@ impl SoftDevice {
             max_inline_data: wqe - 32 - 4,
             max_recv_sge: init.max_recv_sge.max(1),
         };
-        let rq_stride = pow2(16 * caps.max_recv_sge).max(16);
-        let rq_cnt = rq_cnt_sized;
+        let (rq_stride, rq_cnt) = match init.srq {
+            None => (pow2(16 * caps.max_recv_sge).max(16), rq_cnt_sized),
+            Some(_) => (0, 0),
+        };
         let caps = QpCaps {
             max_recv_sge: rq_stride / 16,
             ..caps
@@ -285,6 +306,14 @@ impl SoftDevice {
         }
         if e.cq_mut(send_cq).is_none() || e.cq_mut(recv_cq).is_none() {
             return Err(Error::NoSuchObject);
+        }
+        if let Some(id) = init.srq {
+            let si = e.srq_index(id.srqn).ok_or(Error::NoSuchObject)?;
+            let srq = e.srqs[si].as_mut().expect("checked");
+            if srq.pd != pd {
+                return Err(Error::InvalidAttribute);
+            }
+            srq.users += 1;
         }
         e.cq_mut(send_cq).expect("checked").users += 1;
         e.cq_mut(recv_cq).expect("checked").users += 1;
@@ -320,6 +349,8 @@ impl SoftDevice {
             rnr_wait: None,
             rnr_step: 0,
             hold: None,
+            srq: init.srq.map(|id| id.srqn),
+            last_wqe_raised: false,
         });
         let dv = Mlx5dvQp {
             dbrec: mem.dbrec.ptr().cast(),
@@ -358,6 +389,7 @@ impl SoftDevice {
                 q.rnr_attempts = 0;
                 q.rnr_wait = None;
                 q.hold = None;
+                q.last_wqe_raised = false;
                 // SAFETY: both words of the QP's doorbell record.
                 unsafe {
                     mmio::write_dbrec(q.dbrec, 0);
@@ -406,6 +438,9 @@ impl SoftDevice {
             if let Some(c) = e.cq_mut(cqn) {
                 c.users -= 1;
             }
+        }
+        if let Some(si) = q.srq.and_then(|n| e.srq_index(n)) {
+            e.srqs[si].as_mut().expect("checked").users -= 1;
         }
         drop(q.mem);
         Ok(())

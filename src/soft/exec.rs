@@ -11,6 +11,7 @@ use core::sync::atomic::Ordering;
 use super::config::Fault;
 use super::cqe::{cqe_image, err_image};
 use super::mr::Access;
+use super::srq::set_srqn;
 use super::state::{Engine, Outcome, RespEvent, Scratch};
 use super::wqe::{self, Local, ParsedSend, Seg};
 use crate::completion::QpState;
@@ -167,6 +168,8 @@ impl Engine {
             return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
         }
         let (bpd, bqpn, baccess, brecv_cq) = (b.pd, b.qpn, b.access, b.recv_cq);
+        // 0 for a QP without an SRQ: its responder CQEs stay as they were.
+        let bsrqn = b.srq.unwrap_or(0);
         match p.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
                 let (ra, rk) = p.remote;
@@ -190,13 +193,14 @@ impl Engine {
                         Ok((counter, _)) => {
                             // SAFETY: ranges validated against the MR table.
                             unsafe { sg_copy(&local[..nlocal], &[(dst, total as usize)]) };
-                            let img = cqe_image(
+                            let mut img = cqe_image(
                                 cqe_opcode::RESP_WR_IMM,
                                 bqpn,
                                 counter,
                                 total as u32,
                                 p.imm,
                             );
+                            set_srqn(&mut img, bsrqn);
                             self.push_cqe(brecv_cq, &img);
                         }
                     }
@@ -281,13 +285,14 @@ impl Engine {
                     // remote invalid request error and moves to ERROR; the
                     // SEND itself was acknowledged), the requester's SEND
                     // completes and the responder's receive does not.
-                    let img = err_image(
+                    let mut img = err_image(
                         cqe_opcode::RESP_ERR,
                         0,
                         bqpn,
                         counter,
                         syndrome::REMOTE_INVAL_REQ,
                     );
+                    set_srqn(&mut img, bsrqn);
                     self.push_cqe(brecv_cq, &img);
                     self.set_error(bi);
                     return Outcome::Done(total as u32);
@@ -302,8 +307,9 @@ impl Engine {
                         Access::LOCAL_WRITE,
                         false,
                     ) else {
-                        let img =
+                        let mut img =
                             err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
+                        set_srqn(&mut img, bsrqn);
                         self.push_cqe(brecv_cq, &img);
                         return self.responder_fatal(bi, syndrome::REMOTE_OP, RespEvent::None);
                     };
@@ -311,13 +317,14 @@ impl Engine {
                     cap += s.len as u64;
                 }
                 if total > cap {
-                    let img = err_image(
+                    let mut img = err_image(
                         cqe_opcode::RESP_ERR,
                         0,
                         bqpn,
                         counter,
                         syndrome::LOCAL_LENGTH,
                     );
+                    set_srqn(&mut img, bsrqn);
                     self.push_cqe(brecv_cq, &img);
                     return self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::None);
                 }
@@ -332,15 +339,37 @@ impl Engine {
                 if p.solicited {
                     img[63] |= 0x02;
                 }
+                set_srqn(&mut img, bsrqn);
                 self.push_cqe(brecv_cq, &img);
                 Outcome::Done(total as u32)
             }
         }
     }
 
-    /// Takes the next posted receive of QP `bi`, or reports RNR (retried up
-    /// to the requester's `rnr_retry`, 7 = forever). Fills `segs` with the
-    /// receive's scatter list (if `segs` is empty the list is not needed).
+    /// The responder had no receive: an RNR NAK, retried up to the
+    /// requester's `rnr_retry` (7 = forever), after which the requester's
+    /// WR fails with RNR retry exceeded.
+    pub(super) fn rnr_nak(
+        &mut self,
+        requester: usize,
+        now: Instant,
+        rnr_delay: Duration,
+    ) -> Outcome {
+        let steps = self.steps;
+        let a = self.qps[requester].as_mut().expect("checked");
+        a.rnr_attempts += 1;
+        a.rnr_step = steps;
+        a.rnr_wait = Some(now + rnr_delay);
+        if a.rnr_retry != 7 && a.rnr_attempts > a.rnr_retry as u32 {
+            return Outcome::Fail(syndrome::RNR_RETRY_EXC);
+        }
+        Outcome::Rnr
+    }
+
+    /// Takes the next posted receive of QP `bi` (from its SRQ if it has
+    /// one), or reports RNR (retried up to the requester's `rnr_retry`, 7 =
+    /// forever). Fills `segs` with the receive's scatter list (if `segs`
+    /// is empty the list is not needed).
     fn take_recv(
         &mut self,
         bi: usize,
@@ -351,18 +380,13 @@ impl Engine {
         requester: usize,
     ) -> core::result::Result<(u16, usize), Outcome> {
         let b = self.qps[bi].as_ref().expect("checked");
+        if let Some(srqn) = b.srq {
+            return self.take_srq_recv(bi, srqn, segs, entry, now, rnr_delay, requester);
+        }
         // SAFETY: word 0 (RQ) of the responder's doorbell record.
         let head = unsafe { mmio::read_dbrec(b.dbrec) } & 0xffff;
         if head.wrapping_sub(b.rq_ci) & 0xffff == 0 {
-            let steps = self.steps;
-            let a = self.qps[requester].as_mut().expect("checked");
-            a.rnr_attempts += 1;
-            a.rnr_step = steps;
-            a.rnr_wait = Some(now + rnr_delay);
-            if a.rnr_retry != 7 && a.rnr_attempts > a.rnr_retry as u32 {
-                return Err(Outcome::Fail(syndrome::RNR_RETRY_EXC));
-            }
-            return Err(Outcome::Rnr);
+            return Err(self.rnr_nak(requester, now, rnr_delay));
         }
         let slot = (b.rq_ci & (b.rq_cnt - 1)) as usize;
         let stride = b.rq_stride as usize;

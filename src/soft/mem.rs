@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::provider::mlx5::layout::{Mlx5dvCq, Mlx5dvQp};
+use crate::provider::mlx5::SrqGeometry;
 use crate::util::AlignedBuf;
 use crate::wr::QpCaps;
 
@@ -22,6 +23,31 @@ pub struct CqMem {
     pub(super) buf: AlignedBuf,
     pub(super) dbrec: AlignedBuf,
     pub(super) uar: AlignedBuf,
+}
+
+/// Memory the device allocated for a shared receive queue: the WQE
+/// buffer and the doorbell record, shared with the application's queue.
+pub struct SrqMem {
+    pub(super) buf: AlignedBuf,
+    pub(super) dbrec: AlignedBuf,
+}
+
+/// What `create_srq` returns: the queue's geometry for the core's
+/// [`crate::provider::mlx5::Srq`], the granted sizes and the memory
+/// keep-alive.
+pub struct SoftSrq {
+    /// Buffer, doorbell record, stride and list sizes, as libmlx5 lays
+    /// them out (docs/spec/mlx5.md §11).
+    pub geo: SrqGeometry,
+    /// SRQ number (never 0).
+    pub srqn: u32,
+    /// Receives the SRQ holds at once (the free list's size minus the
+    /// tail WQE the device never fills).
+    pub max_wr: u32,
+    /// Scatter entries per receive.
+    pub max_sge: u32,
+    /// Keeps the queue memory alive.
+    pub mem: Arc<SrqMem>,
 }
 
 /// What `create_qp` returns: the raw queue descriptor for the core, the

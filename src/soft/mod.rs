@@ -21,12 +21,13 @@ mod exec;
 mod mem;
 pub mod mr;
 mod pass;
+mod srq;
 mod state;
 mod thread;
 pub mod wqe;
 
-pub use crate::attr::{Access, AddressVector, QpInit, QpModify};
+pub use crate::attr::{Access, AddressVector, QpInit, QpModify, SrqAttr, SrqId};
 pub use crate::provider::mlx5::geometry::queue_sizes;
 pub use config::{AsyncEvent, Fault, SoftConfig};
 pub use device::SoftDevice;
-pub use mem::{CqMem, QpMem, SoftCq, SoftQp};
+pub use mem::{CqMem, QpMem, SoftCq, SoftQp, SoftSrq, SrqMem};

@@ -18,6 +18,9 @@ use crate::completion::QpState;
 pub(super) const QPN_BASE: u32 = 0x100;
 /// First CQ number handed out.
 pub(super) const CQN_BASE: u32 = 0x80;
+/// First SRQ number handed out (never 0: a CQE's SRQ field is 0 for QPs
+/// without one).
+pub(super) const SRQN_BASE: u32 = 0x40;
 
 /// Device-side state of one QP.
 pub(super) struct Qp {
@@ -44,6 +47,10 @@ pub(super) struct Qp {
     pub(super) rnr_wait: Option<Instant>,
     pub(super) rnr_step: u64,
     pub(super) hold: Option<(Instant, u64)>,
+    /// The SRQ this QP takes its receives from (it has no RQ then).
+    pub(super) srq: Option<u32>,
+    /// `LastWqeReached` was raised since the QP last entered ERROR.
+    pub(super) last_wqe_raised: bool,
 }
 
 /// Device-side state of one CQ.
@@ -110,6 +117,7 @@ pub(super) struct Engine {
     pub(super) mrs: MrTable,
     pub(super) qps: Vec<Option<Qp>>,
     pub(super) cqs: Vec<Option<Cq>>,
+    pub(super) srqs: Vec<Option<super::srq::DevSrq>>,
     pub(super) pds: Vec<bool>,
     pub(super) events: VecDeque<AsyncEvent>,
     /// Readable while `events` is not empty (made on first request).
@@ -119,9 +127,10 @@ pub(super) struct Engine {
     pub(super) threaded: bool,
 }
 
-// SAFETY: the raw pointers in `Qp` point into `QpMem` buffers that the same
-// `Qp` keeps alive through its `Arc`; all shared words are accessed
-// atomically (`mmio`), and the engine is only reachable behind a Mutex.
+// SAFETY: the raw pointers in `Qp` (and `DevSrq`) point into `QpMem`
+// (`SrqMem`) buffers that the same entry keeps alive through its `Arc`; all
+// shared words are accessed atomically (`mmio`), and the engine is only
+// reachable behind a Mutex.
 unsafe impl Send for Engine {}
 
 pub(super) struct Shared {

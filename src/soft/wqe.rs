@@ -223,3 +223,113 @@ pub fn parse_recv(entry: &[u8], out: &mut [Seg]) -> Result<usize, u8> {
     }
     Ok(n)
 }
+
+/// Parses one shared-receive-queue WQE (docs/spec/mlx5.md §11): the 16-byte
+/// next segment (reserved bytes zero, the big-endian `next_wqe_index` at
+/// bytes 2..3) and the data segments after it, up to the end of the WQE or
+/// an invalid-lkey terminator (whose byte count must be 0). A zero-length
+/// entry is legal on an SRQ (libmlx5 writes such SGEs as they are): it
+/// scatters nothing and is left out of `out`. Returns the next WQE's index
+/// and the number of entries written to `out`; a malformed WQE is the
+/// syndrome of a local QP operation error.
+pub fn parse_srq_recv(w: &[u8], out: &mut [Seg]) -> Result<(u16, usize), u8> {
+    const BAD: u8 = syndrome::LOCAL_QP_OP;
+    let Some((next_seg, data)) = w.split_first_chunk::<16>() else {
+        return Err(BAD);
+    };
+    if next_seg[..2] != [0, 0] || next_seg[4..].iter().any(|&b| b != 0) {
+        return Err(BAD);
+    }
+    let next = u16::from_be_bytes([next_seg[2], next_seg[3]]);
+    let mut n = 0;
+    for chunk in data.chunks_exact(16) {
+        let len = be32(chunk, 0);
+        let lkey = be32(chunk, 4);
+        if lkey == INVALID_LKEY {
+            if len != 0 {
+                return Err(BAD);
+            }
+            break;
+        }
+        if len & INLINE_SEG != 0 {
+            return Err(BAD);
+        }
+        if len == 0 {
+            continue;
+        }
+        if n == out.len() {
+            return Err(BAD);
+        }
+        out[n] = Seg {
+            addr: be64(chunk, 8),
+            len,
+            lkey,
+        };
+        n += 1;
+    }
+    Ok((next, n))
+}
+
+#[cfg(test)]
+mod srq_tests {
+    use super::*;
+
+    fn wqe(next: u16, segs: &[(u32, u32, u64)], stride: usize) -> std::vec::Vec<u8> {
+        let mut w = std::vec![0u8; stride];
+        w[2..4].copy_from_slice(&next.to_be_bytes());
+        for (i, &(len, lkey, addr)) in segs.iter().enumerate() {
+            let o = 16 + 16 * i;
+            w[o..o + 4].copy_from_slice(&len.to_be_bytes());
+            w[o + 4..o + 8].copy_from_slice(&lkey.to_be_bytes());
+            w[o + 8..o + 16].copy_from_slice(&addr.to_be_bytes());
+        }
+        w
+    }
+
+    #[test]
+    fn srq_wqe_link_and_segments() {
+        let mut out = [Seg::default(); 4];
+        let w = wqe(7, &[(64, 5, 0x1000), (0, 6, 0), (8, 9, 0x2000)], 64);
+        assert_eq!(parse_srq_recv(&w, &mut out), Ok((7, 2)));
+        assert_eq!(
+            out[0],
+            Seg {
+                addr: 0x1000,
+                len: 64,
+                lkey: 5
+            }
+        );
+        assert_eq!(
+            out[1],
+            Seg {
+                addr: 0x2000,
+                len: 8,
+                lkey: 9
+            }
+        );
+        // Terminated early.
+        let w = wqe(1, &[(64, 5, 0x1000), (0, INVALID_LKEY, 0), (8, 9, 0)], 64);
+        assert_eq!(parse_srq_recv(&w, &mut out), Ok((1, 1)));
+    }
+
+    #[test]
+    fn srq_wqe_malformed() {
+        let mut out = [Seg::default(); 4];
+        let mut w = wqe(1, &[(64, 5, 0x1000)], 32);
+        w[4] = 1; // signature byte
+        assert_eq!(parse_srq_recv(&w, &mut out), Err(syndrome::LOCAL_QP_OP));
+        let w = wqe(1, &[(64 | INLINE_SEG, 5, 0)], 32);
+        assert_eq!(parse_srq_recv(&w, &mut out), Err(syndrome::LOCAL_QP_OP));
+        let w = wqe(1, &[(4, INVALID_LKEY, 0)], 32);
+        assert_eq!(parse_srq_recv(&w, &mut out), Err(syndrome::LOCAL_QP_OP));
+        assert_eq!(
+            parse_srq_recv(&w[..8], &mut out),
+            Err(syndrome::LOCAL_QP_OP)
+        );
+        let w = wqe(1, &[(4, 1, 0), (4, 2, 0)], 48);
+        assert_eq!(
+            parse_srq_recv(&w, &mut out[..1]),
+            Err(syndrome::LOCAL_QP_OP)
+        );
+    }
+}

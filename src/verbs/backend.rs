@@ -246,6 +246,11 @@ impl Backend for VerbsDevice {
     }
 
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        if init.srq.is_some() {
+            // No SRQs on the verbs backend yet (mlx5, rxe/siw direct rings,
+            // the fallback): refused, never ignored (docs/status.md).
+            return Err(Error::Unsupported);
+        }
         let c = &self.caps;
         if init.max_send_wr == 0
             || (c.max_qp_wr != 0

@@ -132,6 +132,7 @@ pub fn pair(
         max_send_sge: 2,
         max_recv_sge: 2,
         max_inline_data: 64,
+        srq: None,
     };
     let mut a = pd.create_qp(&cq_a, &cq_a, &init).unwrap();
     let mut b = pd.create_qp(&cq_b, &cq_b, &init).unwrap();

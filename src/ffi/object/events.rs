@@ -186,6 +186,7 @@ fn async_event_c(e: crate::api::AsyncEvent) -> rdd_async_event {
         E::CommEstablished { qpn } => (4, qpn),
         E::SqDrained { qpn } => (5, qpn),
         E::LastWqeReached { qpn } => (16, qpn),
+        E::SrqLimitReached { srqn } => (15, srqn),
         E::DeviceFatal => (RDD_EVENT_DEVICE_FATAL, 0),
         E::PortActive { port } => (RDD_EVENT_PORT_ACTIVE, u32::from(port)),
         E::PortError { port } => (RDD_EVENT_PORT_ERR, u32::from(port)),

@@ -117,6 +117,7 @@ impl rdd_qp_init {
             max_send_sge: self.max_send_sge,
             max_recv_sge: self.max_recv_sge,
             max_inline_data: self.max_inline_data,
+            srq: None,
         }
     }
 }

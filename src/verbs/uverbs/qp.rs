@@ -232,6 +232,7 @@ impl UverbsQp {
                 max_send_sge: core.max_send_sge,
                 max_recv_sge: core.max_recv_sge,
                 max_inline_data: core.max_inline_data,
+                srq: None,
             },
             sq: None,
             rq: None,
