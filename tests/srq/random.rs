@@ -259,7 +259,10 @@ fn run_seed(seed: u64) {
     // ... then use up the receives still posted from the live pairs.
     let live: Vec<usize> = (0..PAIRS).filter(|p| !m.dead[*p]).collect();
     let mut k = 0;
-    while !m.posted.is_empty() {
+    for _ in 0..10_000 {
+        if m.posted.is_empty() {
+            break;
+        }
         let want = m.posted.len() as u32;
         for _ in 0..want.min(MAX_OUT) {
             let p = live[k % live.len()];
@@ -273,6 +276,11 @@ fn run_seed(seed: u64) {
     }
     r.run();
     poll!();
+    assert!(
+        m.posted.is_empty(),
+        "seed {seed}: {} receives never completed",
+        m.posted.len()
+    );
     assert!(m.a_out.iter().all(|n| *n == 0));
     assert_eq!(
         m.done.len() as u64,
