@@ -8,7 +8,7 @@
 //! and is used through `&mut` by one thread; what the QPs need to stay
 //! valid (the device's SRQ and its memory, the count of attached QPs, the
 //! sizing guard's account) is in an `Arc` shared with every QP attached to
-//! it. A QP names the SRQ at creation through [`QpInit::srq`]
+//! it. A QP names the SRQ at creation through [`QpInit::srq`](crate::attr::QpInit::srq)
 //! ([`Srq::id`]); completions of its receives are polled through
 //! [`Srq::route`], which hands the SRQ's free list to the CQ poller
 //! (docs/spec/mlx5.md §11).
@@ -206,7 +206,7 @@ impl<B: Backend> Srq<B> {
         self.inner.srqn
     }
 
-    /// What [`QpInit::srq`] takes to attach a new QP (of this SRQ's PD)
+    /// What [`QpInit::srq`](crate::attr::QpInit::srq) takes to attach a new QP (of this SRQ's PD)
     /// to this SRQ.
     pub fn id(&self) -> SrqId {
         SrqId {
