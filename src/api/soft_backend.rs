@@ -18,8 +18,8 @@ impl Backend for crate::soft::SoftDevice {
             transport: Transport::Soft,
             lid: 1,
             gid_index: 0,
-            gid: [0; 16],
-            mtu: 4096,
+            gid: crate::soft::SoftDevice::gid(self),
+            mtu: crate::soft::SoftDevice::mtu(self),
         }
     }
     fn alloc_pd(&self) -> Result<u32> {

@@ -11,6 +11,51 @@ pub struct SoftConfig {
     /// Delay before an RNR-NAKed operation is retried (thread mode; in
     /// step mode every `step` is one retry).
     pub rnr_delay: Duration,
+    /// The port's MTU in bytes: 256, 512, 1024, 2048 or 4096 (default
+    /// 4096, the largest IB MTU and rxe's largest). A UD message longer
+    /// than this is refused at the sender (docs/spec/soft.md §3); the
+    /// port reports it as its active MTU. Any other value is taken as
+    /// 4096.
+    pub mtu: u32,
+    /// The port's GID (GID table entry 0, the only one): what the port
+    /// reports and the source GID of the GRHs the device writes
+    /// (docs/spec/soft.md §3). Default all zero.
+    pub gid: [u8; 16],
+}
+
+impl SoftConfig {
+    /// The MTU the device uses: [`SoftConfig::mtu`] if it is a valid IB
+    /// MTU, else 4096.
+    pub fn effective_mtu(&self) -> u32 {
+        match self.mtu {
+            256 | 512 | 1024 | 2048 | 4096 => self.mtu,
+            _ => 4096,
+        }
+    }
+}
+
+/// Datagrams the device dropped, by reason (docs/spec/soft.md §3). UD is
+/// unreliable: the sender's WR completes successfully either way, and a
+/// dropped datagram consumes no receive and writes nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdDrops {
+    /// No QP with the destination QP number exists on the device.
+    pub no_qp: u64,
+    /// The destination QP is not a UD QP.
+    pub not_ud: u64,
+    /// The destination QP is not in RTR or RTS.
+    pub not_ready: u64,
+    /// The datagram's Q_Key differs from the destination QP's.
+    pub bad_qkey: u64,
+    /// The destination QP had no receive posted (UD has no RNR retry).
+    pub no_receive: u64,
+}
+
+impl UdDrops {
+    /// Every drop, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.no_qp + self.not_ud + self.not_ready + self.bad_qkey + self.no_receive
+    }
 }
 
 impl Default for SoftConfig {
@@ -18,6 +63,8 @@ impl Default for SoftConfig {
         SoftConfig {
             cqe_size: 64,
             rnr_delay: Duration::from_micros(20),
+            mtu: 4096,
+            gid: [0; 16],
         }
     }
 }

@@ -47,6 +47,7 @@ impl SoftDevice {
                     faults: Vec::new(),
                     steps: 0,
                     threaded: false,
+                    ud_drops: Default::default(),
                 }),
                 stop: AtomicBool::new(false),
                 passes: AtomicU64::new(0),
@@ -251,6 +252,21 @@ impl SoftDevice {
     /// reports for such a QP), and `max_recv_wr` / `max_recv_sge` are not
     /// used.
     pub fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<SoftQp> {
+        self.create_qp_of(pd, send_cq, recv_cq, init, false)
+    }
+
+    /// [`SoftDevice::create_qp`] for an RC (`ud` false) or a UD QP. A UD
+    /// send WQE has a 64-byte header (control and datagram segments)
+    /// where RC's largest has 32 before its data, so the WQE is sized on
+    /// that (docs/spec/mlx5.md §11) and the granted caps follow from it.
+    pub(super) fn create_qp_of(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        init: &QpInit,
+        ud: bool,
+    ) -> Result<SoftQp> {
         // A QP on an SRQ has no RQ: its receive sizes are not looked at.
         let rq_init = match init.srq {
             None => *init,
@@ -270,14 +286,25 @@ impl SoftDevice {
         {
             return Err(Error::InvalidAttribute);
         }
-        let wqe = max_wqe_bytes(init);
-        let (sq_cnt, rq_cnt_sized) = queue_sizes(init);
+        let (wqe, hdr) = if ud {
+            (super::ud::ud_wqe_bytes(init), 64)
+        } else {
+            (max_wqe_bytes(init), 32)
+        };
+        let (sq_cnt, rq_cnt_sized) = if ud {
+            (
+                pow2(init.max_send_wr.saturating_mul(wqe) / 64),
+                pow2(init.max_recv_wr),
+            )
+        } else {
+            queue_sizes(init)
+        };
         if sq_cnt > MAX_QUEUE {
             return Err(Error::InvalidAttribute);
         }
         let caps = QpCaps {
-            max_send_sge: (wqe - 32) / 16,
-            max_inline_data: wqe - 32 - 4,
+            max_send_sge: (wqe - hdr) / 16,
+            max_inline_data: wqe - hdr - 4,
             max_recv_sge: init.max_recv_sge.max(1),
         };
         let (rq_stride, rq_cnt) = match init.srq {
@@ -351,6 +378,8 @@ impl SoftDevice {
             hold: None,
             srq: init.srq.map(|id| id.srqn),
             last_wqe_raised: false,
+            ud,
+            qkey: 0,
         });
         let dv = Mlx5dvQp {
             dbrec: mem.dbrec.ptr().cast(),
@@ -376,12 +405,19 @@ impl SoftDevice {
     /// Changes a QP's state. Valid transitions: RESET→INIT→RTR→RTS, any
     /// state → ERROR, any state → RESET (which zeroes the device counters
     /// and both doorbell-record words, like libmlx5, docs/spec/mlx5.md §7).
+    /// A UD QP takes only RESET and ERROR here ([`Error::InvalidAttribute`]
+    /// otherwise, nothing changed): it is made ready with
+    /// [`SoftDevice::ready_ud`].
     pub fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
         let mut e = self.engine();
         let Some(i) = e.qp_index(qpn) else {
             return Err(Error::NoSuchObject);
         };
         let q = e.qps[i].as_mut().expect("checked");
+        if q.ud && !matches!(m.state, QpState::Reset | QpState::Error) {
+            // A UD QP is made ready with its Q_Key by `ready_ud`.
+            return Err(Error::InvalidAttribute);
+        }
         match (q.state, m.state) {
             (_, QpState::Reset) => {
                 q.sq_ci = 0;

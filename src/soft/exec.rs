@@ -24,7 +24,7 @@ use crate::provider::mlx5::layout::{cqe_opcode, opcode};
 /// # Safety
 /// Every pointer must be valid for its length (checked against the MR
 /// table by the caller).
-unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)]) {
+pub(super) unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)]) {
     let (mut si, mut so, mut di, mut dof) = (0, 0, 0, 0);
     while si < src.len() && di < dst.len() {
         let n = (src[si].1 - so).min(dst[di].1 - dof);
@@ -370,7 +370,7 @@ impl Engine {
     /// one), or reports RNR (retried up to the requester's `rnr_retry`, 7 =
     /// forever). Fills `segs` with the receive's scatter list (if `segs`
     /// is empty the list is not needed).
-    fn take_recv(
+    pub(super) fn take_recv(
         &mut self,
         bi: usize,
         segs: &mut [Seg],

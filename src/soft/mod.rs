@@ -4,7 +4,8 @@
 //! It sits on the device side of the queues: it watches the doorbell
 //! records, copies WQEs out of the send ring as bytes, validates them with
 //! its own parser ([`wqe`], never the crate's encoder), executes them
-//! between RC QPs of the same device, and writes CQE64/CQE128 entries with
+//! between RC QPs of the same device (and delivers datagrams between its
+//! UD QPs, docs/spec/soft.md §3), and writes CQE64/CQE128 entries with
 //! the owner-bit protocol of docs/spec/mlx5.md §8. Everything the application
 //! touches on the data path is plain shared memory: posting and polling
 //! never take a lock or make a call into the device.
@@ -24,10 +25,13 @@ mod pass;
 mod srq;
 mod state;
 mod thread;
+mod ud;
+mod ud_wqe;
 pub mod wqe;
 
 pub use crate::attr::{Access, AddressVector, QpInit, QpModify, SrqAttr, SrqId};
 pub use crate::provider::mlx5::geometry::queue_sizes;
-pub use config::{AsyncEvent, Fault, SoftConfig};
+pub use config::{AsyncEvent, Fault, SoftConfig, UdDrops};
 pub use device::SoftDevice;
 pub use mem::{CqMem, QpMem, SoftCq, SoftQp, SoftSrq, SrqMem};
+pub use ud::GRH_BYTES;

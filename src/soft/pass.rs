@@ -1,12 +1,13 @@
 //! One device pass: every QP's posted send WQEs are copied out, parsed
-//! and executed, and their requester completions written.
+//! and executed (RC or UD, docs/spec/soft.md §3), and their requester
+//! completions written.
 
 use std::time::Instant;
 
 use super::config::AsyncEvent;
 use super::cqe::{cqe_image, err_image};
 use super::state::{Engine, Outcome, Scratch};
-use super::wqe;
+use super::{ud_wqe, wqe};
 use crate::completion::QpState;
 use crate::mmio;
 use crate::provider::mlx5::cq::syndrome;
@@ -77,11 +78,17 @@ impl Engine {
                 };
             }
             let wqe_op = ctrl[3];
-            let (qpn, cqn, state) = (q.qpn, q.send_cq, q.state);
+            let (qpn, cqn, state, ud) = (q.qpn, q.send_cq, q.state, q.ud);
             let outcome = if state == QpState::Error {
                 Outcome::Fail(syndrome::WR_FLUSHED)
             } else if !sane {
                 Outcome::Fail(syndrome::LOCAL_QP_OP)
+            } else if ud {
+                let Scratch { wbuf, segs, .. } = &mut *sc;
+                match ud_wqe::parse_ud_send(&wbuf[..nbb as usize * 64], index, qpn, segs) {
+                    Err(s) => Outcome::Fail(s),
+                    Ok(u) => self.execute_ud(qi, &u, &mut sc, now),
+                }
             } else {
                 let Scratch { wbuf, segs, .. } = &mut *sc;
                 match wqe::parse_send(&wbuf[..nbb as usize * 64], index, qpn, segs) {

@@ -51,6 +51,10 @@ pub(super) struct Qp {
     pub(super) srq: Option<u32>,
     /// `LastWqeReached` was raised since the QP last entered ERROR.
     pub(super) last_wqe_raised: bool,
+    /// An unreliable-datagram QP (docs/spec/soft.md §3).
+    pub(super) ud: bool,
+    /// A UD QP's Q_Key (set by `ready_ud`).
+    pub(super) qkey: u32,
 }
 
 /// Device-side state of one CQ.
@@ -125,6 +129,8 @@ pub(super) struct Engine {
     pub(super) faults: Vec<Fault>,
     pub(super) steps: u64,
     pub(super) threaded: bool,
+    /// Datagrams dropped (docs/spec/soft.md §3).
+    pub(super) ud_drops: super::config::UdDrops,
 }
 
 // SAFETY: the raw pointers in `Qp` (and `DevSrq`) point into `QpMem`

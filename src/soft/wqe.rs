@@ -62,14 +62,14 @@ pub struct ParsedSend {
 }
 
 #[inline(always)]
-fn be32(b: &[u8], o: usize) -> u32 {
+pub(super) fn be32(b: &[u8], o: usize) -> u32 {
     match b.get(o..o + 4) {
         Some(w) => u32::from_be_bytes([w[0], w[1], w[2], w[3]]),
         None => 0,
     }
 }
 #[inline(always)]
-fn be64(b: &[u8], o: usize) -> u64 {
+pub(super) fn be64(b: &[u8], o: usize) -> u64 {
     (be32(b, o) as u64) << 32 | be32(b, o + 4) as u64
 }
 
@@ -88,37 +88,8 @@ pub fn parse_send(
     segs: &mut [Seg; MAX_SEGS],
 ) -> Result<ParsedSend, u8> {
     const BAD: u8 = syndrome::LOCAL_QP_OP;
-    if w.len() < 16 {
-        return Err(BAD);
-    }
-    let w0 = be32(w, 0);
-    let w1 = be32(w, 4);
-    let ds = w1 & 0x3f;
-    let op = (w0 & 0xff) as u8;
-    if ds == 0 || ds as usize * 16 > w.len() || (w0 >> 24) != 0 {
-        return Err(BAD);
-    }
-    if ((w0 >> 8) & 0xffff) as u16 != expect_index || (w1 >> 8) != qpn || w1 & 0xc0 != 0 {
-        return Err(BAD);
-    }
-    let fm_ce_se = w[11];
-    let ce = (fm_ce_se >> 2) & 3;
-    // Only CE 0 (error only) and CE 2 (always) are used by RC senders.
-    if ce == 1 || ce == 3 || fm_ce_se & 0x11 != 0 {
-        return Err(BAD);
-    }
-    let mut p = ParsedSend {
-        opcode: op,
-        index: expect_index,
-        ds,
-        signaled: ce == 2,
-        solicited: fm_ce_se & 0x02 != 0,
-        fence: fm_ce_se >> 5 != 0,
-        imm: be32(w, 12),
-        remote: (0, 0),
-        atomic: (0, 0),
-        local: Local::Segs(0),
-    };
+    let mut p = parse_ctrl(w, expect_index, qpn)?;
+    let (op, ds) = (p.opcode, p.ds);
     let (hdr, may_inline) = match op {
         opcode::NOP => (1, false),
         opcode::SEND | opcode::SEND_IMM | opcode::SEND_INVAL => (1, true),
@@ -160,6 +131,66 @@ pub fn parse_send(
         // No data (zero-length message). Atomics need their data segment.
         return if hdr == 3 { Err(BAD) } else { Ok(p) };
     }
+    p.local = parse_data(w, body, end, may_inline, segs)?;
+    if let (3, Local::Segs(n)) = (hdr, p.local) {
+        if n != 1 || segs[0].len != 8 {
+            return Err(BAD);
+        }
+    }
+    Ok(p)
+}
+
+/// Checks the control segment of the send WQE copied linearly into `w`
+/// (DS within the copy, the WQE index and QP number expected, reserved
+/// bits 0, CE 0 or 2) and returns it parsed, with no remote, atomic or
+/// local part yet.
+pub(super) fn parse_ctrl(w: &[u8], expect_index: u16, qpn: u32) -> Result<ParsedSend, u8> {
+    const BAD: u8 = syndrome::LOCAL_QP_OP;
+    if w.len() < 16 {
+        return Err(BAD);
+    }
+    let w0 = be32(w, 0);
+    let w1 = be32(w, 4);
+    let ds = w1 & 0x3f;
+    let op = (w0 & 0xff) as u8;
+    if ds == 0 || ds as usize * 16 > w.len() || (w0 >> 24) != 0 {
+        return Err(BAD);
+    }
+    if ((w0 >> 8) & 0xffff) as u16 != expect_index || (w1 >> 8) != qpn || w1 & 0xc0 != 0 {
+        return Err(BAD);
+    }
+    let fm_ce_se = w[11];
+    let ce = (fm_ce_se >> 2) & 3;
+    // Only CE 0 (error only) and CE 2 (always) are used by RC senders.
+    if ce == 1 || ce == 3 || fm_ce_se & 0x11 != 0 {
+        return Err(BAD);
+    }
+    Ok(ParsedSend {
+        opcode: op,
+        index: expect_index,
+        ds,
+        signaled: ce == 2,
+        solicited: fm_ce_se & 0x02 != 0,
+        fence: fm_ce_se >> 5 != 0,
+        imm: be32(w, 12),
+        remote: (0, 0),
+        atomic: (0, 0),
+        local: Local::Segs(0),
+    })
+}
+
+/// Parses the data part of a send WQE, octowords `body..end` of the
+/// linear copy `w` (`body < end`): one inline segment filling it exactly
+/// (if `may_inline`; its length is not 0), or data segments, none with
+/// length 0, the inline bit or the invalid lkey.
+pub(super) fn parse_data(
+    w: &[u8],
+    body: usize,
+    end: usize,
+    may_inline: bool,
+    segs: &mut [Seg; MAX_SEGS],
+) -> Result<Local, u8> {
+    const BAD: u8 = syndrome::LOCAL_QP_OP;
     let first = be32(w, body);
     if first & INLINE_SEG != 0 {
         if !may_inline {
@@ -169,15 +200,14 @@ pub fn parse_send(
         if len == 0 || body + (4 + len).div_ceil(16) * 16 != end {
             return Err(syndrome::LOCAL_LENGTH);
         }
-        p.local = Local::Inline { off: body + 4, len };
-        return Ok(p);
+        return Ok(Local::Inline { off: body + 4, len });
     }
     let mut n = 0;
     let mut o = body;
     while o < end {
         let len = be32(w, o);
         let lkey = be32(w, o + 4);
-        if len & INLINE_SEG != 0 || len == 0 || lkey == INVALID_LKEY {
+        if len & INLINE_SEG != 0 || len == 0 || lkey == INVALID_LKEY || n == MAX_SEGS {
             return Err(BAD);
         }
         segs[n] = Seg {
@@ -188,11 +218,7 @@ pub fn parse_send(
         n += 1;
         o += 16;
     }
-    if hdr == 3 && (n != 1 || segs[0].len != 8) {
-        return Err(BAD);
-    }
-    p.local = Local::Segs(n);
-    Ok(p)
+    Ok(Local::Segs(n))
 }
 
 /// Parses a receive WQE (an array of data segments ended by the stride or
