@@ -5,9 +5,9 @@ use std::any::Any;
 use std::boxed::Box;
 use std::sync::Arc;
 
-use crate::attr::SrqAttr;
+use crate::attr::{AddressVector, SrqAttr};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{Mlx5dvCq, Mlx5dvQp, SrqGeometry};
+use crate::provider::mlx5::{Mlx5Av, Mlx5dvCq, Mlx5dvQp, SrqGeometry};
 use crate::wr::{QpCaps, RecvWr, SendWr};
 
 use super::{Access, AsyncEvent, QpInit, QpModify, QpState, Wc};
@@ -268,6 +268,26 @@ pub trait Backend: Send + Sync + 'static {
     /// set: backends without SRQs refuse that with
     /// [`Error::Unsupported`]).
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp>;
+    /// Creates an unreliable-datagram QP in RESET (`init` as for
+    /// [`Backend::create_qp`]). The default, for backends without UD, is
+    /// [`Error::Unsupported`].
+    fn create_ud_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        let _ = (pd, send_cq, recv_cq, init);
+        Err(Error::Unsupported)
+    }
+    /// Moves a UD QP from RESET to RTS with Q_Key `qkey` (a refused call
+    /// changes nothing). Default: [`Error::Unsupported`].
+    fn ready_ud(&self, qpn: u32, qkey: u32) -> Result<()> {
+        let _ = (qpn, qkey);
+        Err(Error::Unsupported)
+    }
+    /// Builds the mlx5 address vector of an address handle in `pd` to
+    /// `dest` (the backend knows its link layer and GID table). Default:
+    /// [`Error::Unsupported`].
+    fn create_ah(&self, pd: u32, dest: &AddressVector) -> Result<Mlx5Av> {
+        let _ = (pd, dest);
+        Err(Error::Unsupported)
+    }
     /// Changes a QP's state.
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()>;
     /// Destroys a QP.

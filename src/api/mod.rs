@@ -45,6 +45,7 @@ mod recovery;
 mod shared_qp;
 mod soft_backend;
 mod srq;
+mod ud;
 
 pub use crate::event::{Adaptive, AdaptiveConfig, WaitMode};
 
@@ -70,3 +71,4 @@ pub use qp_query::{QpQuery, QpRecovery};
 pub use recovery::Recovery;
 pub use shared_qp::{SharedQp, SharedQpPoller, SharedRetirer};
 pub use srq::{Srq, SrqRoute};
+pub use ud::{Ah, AhInit, OWN_QKEY};

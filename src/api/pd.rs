@@ -81,6 +81,18 @@ impl<B: Backend> Pd<B> {
     /// receive may complete on any of them, and a QP in ERROR flushes
     /// none of the SRQ's), the QP's own demand being its send queue only.
     pub fn create_qp(&self, send_cq: &Cq<B>, recv_cq: &Cq<B>, init: &QpInit) -> Result<Qp<B>> {
+        self.create_qp_of(send_cq, recv_cq, init, false)
+    }
+
+    /// [`Pd::create_qp`] for an RC (`ud` false) or a UD QP
+    /// ([`Pd::create_ud_qp`]).
+    pub(super) fn create_qp_of(
+        &self,
+        send_cq: &Cq<B>,
+        recv_cq: &Cq<B>,
+        init: &QpInit,
+        ud: bool,
+    ) -> Result<Qp<B>> {
         let b = &self.inner.b;
         let srq = match init.srq {
             None => None,
@@ -92,10 +104,15 @@ impl<B: Backend> Pd<B> {
         if uses.as_ref().is_some_and(|u| u.destroyed) {
             return Err(Error::NoSuchObject);
         }
-        let raw = b.create_qp(self.inner.pd, send_cq.inner.cqn, recv_cq.inner.cqn, init)?;
+        let (scq, rcq) = (send_cq.inner.cqn, recv_cq.inner.cqn);
+        let raw = if ud {
+            b.create_ud_qp(self.inner.pd, scq, rcq, init)?
+        } else {
+            b.create_qp(self.inner.pd, scq, rcq, init)?
+        };
         let queues = |dv| match srq {
-            None => Mlx5Queues::new(dv, raw.qpn, raw.caps),
-            Some(_) => Mlx5Queues::new_on_srq(dv, raw.qpn, raw.caps),
+            None => Mlx5Queues::new(dv, raw.qpn, raw.caps, ud),
+            Some(_) => Mlx5Queues::new_on_srq(dv, raw.qpn, raw.caps, ud),
         };
         let path = match raw.path {
             RawQpPath::Mlx5(dv) => match queues(dv) {
@@ -146,6 +163,7 @@ impl<B: Backend> Pd<B> {
             path,
             connection: None,
             srq,
+            ud_mtu: if ud { b.port().mtu.max(256) } else { 0 },
             _keep: raw.keep,
         })
     }

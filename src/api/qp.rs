@@ -1,5 +1,5 @@
-//! An RC queue pair ([`Qp`]): its data path, state changes, connecting
-//! and posting, and the CQ routes to its queues.
+//! A queue pair ([`Qp`], RC, or UD through `api::ud`): its data path,
+//! state changes, connecting and posting, and the CQ routes to its queues.
 
 use std::any::Any;
 use std::boxed::Box;
@@ -22,7 +22,8 @@ use super::{
     QpInfo, QpModify, QpState, Transport,
 };
 
-/// An RC queue pair. Posting needs `&mut`: one owner posts (later issues
+/// A queue pair: RC ([`super::Pd::create_qp`]) or UD
+/// ([`super::Pd::create_ud_qp`]). Posting needs `&mut`: one owner posts (later issues
 /// add lock-free sharing).
 pub struct Qp<B: Backend> {
     pub(super) demand: CqDemand,
@@ -37,6 +38,8 @@ pub struct Qp<B: Backend> {
     pub(super) connection: Option<QpConnection>,
     /// The SRQ this QP takes its receives from ([`QpInit::srq`](super::QpInit::srq)).
     pub(super) srq: Option<Arc<SrqInner<B>>>,
+    /// A UD QP's message limit, the port's MTU at creation (0: an RC QP).
+    pub(super) ud_mtu: u32,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
 }
 
@@ -71,17 +74,17 @@ unsafe impl<B: Backend> Send for Qp<B> {}
 
 impl Mlx5Queues {
     /// Builds the core's queues over a backend's mlx5 descriptor.
-    pub(super) fn new(dv: Mlx5dvQp, qpn: u32, caps: QpCaps) -> Result<Mlx5Queues> {
-        Self::build(dv, qpn, caps, None)
+    pub(super) fn new(dv: Mlx5dvQp, qpn: u32, caps: QpCaps, ud: bool) -> Result<Mlx5Queues> {
+        Self::build(dv, qpn, caps, None, ud)
     }
 
     /// Builds the queues of a QP on an SRQ: the descriptor has no receive
     /// queue (`rq_wqe_cnt` 0), so the core's `rq` is a one-entry stand-in
     /// over private memory, with its own doorbell word. [`Qp::post_recv`]
     /// refuses before reaching it, and the device never reads it.
-    pub(super) fn new_on_srq(dv: Mlx5dvQp, qpn: u32, caps: QpCaps) -> Result<Mlx5Queues> {
+    pub(super) fn new_on_srq(dv: Mlx5dvQp, qpn: u32, caps: QpCaps, ud: bool) -> Result<Mlx5Queues> {
         let mem = crate::util::AlignedBuf::new(64);
-        Self::build(dv, qpn, caps, Some(mem))
+        Self::build(dv, qpn, caps, Some(mem), ud)
     }
 
     fn build(
@@ -89,6 +92,7 @@ impl Mlx5Queues {
         qpn: u32,
         caps: QpCaps,
         no_rq: Option<crate::util::AlignedBuf>,
+        ud: bool,
     ) -> Result<Mlx5Queues> {
         // The stand-in RQ's geometry: one 16-byte entry at +0, its doorbell
         // word at +32 of the private buffer.
@@ -112,20 +116,18 @@ impl Mlx5Queues {
         };
         let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize].into_boxed_slice();
         let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize].into_boxed_slice();
+        let sq_slots = NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?;
         // SAFETY: the descriptor names queue memory kept alive by the
         // backend's `keep` (held by the Qp next to these queues); the side
         // tables are boxed and owned alongside; SGEs posted through the safe
         // API are checked by the device against registered regions before
         // any access, and scatter-to-CQE is disabled on the pollers.
         let mut sq = unsafe {
-            SendQueue::from_raw(
-                &dv,
-                qpn,
-                caps,
-                SqConfig::default(),
-                NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
-                sq_wrid.len(),
-            )
+            if ud {
+                SendQueue::from_raw_ud(&dv, qpn, caps, SqConfig::default(), sq_slots, sq_wrid.len())
+            } else {
+                SendQueue::from_raw(&dv, qpn, caps, SqConfig::default(), sq_slots, sq_wrid.len())
+            }
         }?;
         // SAFETY: as above (or the stand-in's private memory, owned by the
         // returned queues).
@@ -262,8 +264,14 @@ impl<B: Backend> Qp<B> {
     /// [`Error::InvalidAttribute`]), a QP not in RESET is
     /// [`Error::InvalidQpState`], and a step the device refuses part-way
     /// (a limit only it knows, such as a rate limit it cannot pace) moves
-    /// the QP back to RESET before the error is returned.
+    /// the QP back to RESET before the error is returned. A UD QP
+    /// connects to nothing ([`Error::InvalidAttribute`]; see
+    /// [`Qp::ready_ud`]).
     pub fn connect(&mut self, remote: &QpInfo, attr: &ConnectAttr) -> Result<()> {
+        if self.is_ud() {
+            // A UD QP has no peer: `Qp::ready_ud`.
+            return Err(Error::InvalidAttribute);
+        }
         let port = self.pd.b.port();
         if port.transport == Transport::Iwarp {
             return Err(Error::Unsupported);

@@ -72,7 +72,9 @@ impl<B: Backend> Qp<B> {
     /// consumed): otherwise [`Error::ResourceBusy`]. Gives up with
     /// [`Error::Timeout`] after `timeout`.
     ///
-    /// Not yet for a QP on an SRQ ([`Error::Unsupported`], nothing done):
+    /// Not yet for a UD QP, nor for a QP on an SRQ ([`Error::Unsupported`],
+    /// nothing done; move a UD QP to ERROR and RESET with [`Qp::modify`]).
+    /// For a QP on an SRQ:
     /// its receive completions need the SRQ's route. Move it to ERROR and
     /// RESET with [`Qp::modify`] after polling its CQs through
     /// [`super::Srq::route`].
@@ -83,7 +85,7 @@ impl<B: Backend> Qp<B> {
         timeout: Duration,
         mut on_wc: impl FnMut(&Wc),
     ) -> Result<Recovery> {
-        if self.srq.is_some() {
+        if self.srq.is_some() || self.is_ud() {
             return Err(Error::Unsupported);
         }
         let own_send = Arc::ptr_eq(&send_cq.inner, &self._send_cq);

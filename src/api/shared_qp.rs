@@ -69,9 +69,10 @@ impl<B: Backend> Qp<B> {
     /// coalesce.
     ///
     /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise, and for
-    /// a QP on an SRQ, whose receives the shared poller cannot complete).
+    /// a QP on an SRQ, whose receives the shared poller cannot complete,
+    /// and for a UD QP, which has no shared UD post yet).
     pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
-        if self.srq.is_some() {
+        if self.srq.is_some() || self.is_ud() {
             return Err(Error::Unsupported);
         }
         let QpPath::Mlx5(q) = &self.path else {

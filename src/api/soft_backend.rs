@@ -1,7 +1,9 @@
 //! [`Backend`] for the in-process software HCA
 //! ([`crate::soft::SoftDevice`]).
 
-use crate::error::Result;
+use crate::attr::AddressVector;
+use crate::error::{Error, Result};
+use crate::provider::mlx5::{AhAttr, GlobalRoute, LinkLayer, Mlx5Av};
 
 use super::{
     Access, AsyncEvent, Backend, MrKeys, PortInfo, QpInit, QpModify, RawCq, RawCqPath, RawQp,
@@ -58,6 +60,43 @@ impl Backend for crate::soft::SoftDevice {
             caps: q.caps,
             psn: 0,
             keep: q.mem,
+        })
+    }
+    fn create_ud_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        let q = crate::soft::SoftDevice::create_ud_qp(self, pd, send_cq, recv_cq, init)?;
+        Ok(RawQp {
+            path: RawQpPath::Mlx5(q.dv),
+            qpn: q.qpn,
+            caps: q.caps,
+            psn: 0,
+            keep: q.mem,
+        })
+    }
+    fn ready_ud(&self, qpn: u32, qkey: u32) -> Result<()> {
+        crate::soft::SoftDevice::ready_ud(self, qpn, qkey)
+    }
+    fn create_ah(&self, pd: u32, dest: &AddressVector) -> Result<Mlx5Av> {
+        // The software port is InfiniBand-like: LID routed, GRH optional,
+        // one GID (index 0).
+        if dest.is_global && dest.sgid_index != 0 {
+            return Err(Error::InvalidAttribute);
+        }
+        if !crate::soft::SoftDevice::pd_live(self, pd) {
+            return Err(Error::NoSuchObject);
+        }
+        Mlx5Av::new(&AhAttr {
+            link: LinkLayer::InfiniBand,
+            dlid: dest.dlid,
+            sl: dest.sl,
+            src_path_bits: 0,
+            mlx5_rate: 0,
+            grh: dest.is_global.then_some(GlobalRoute {
+                dgid: dest.dgid,
+                sgid_index: dest.sgid_index,
+                flow_label: dest.flow_label,
+                hop_limit: dest.hop_limit,
+                traffic_class: dest.traffic_class,
+            }),
         })
     }
     fn create_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawSrq> {

@@ -300,6 +300,15 @@ impl SoftDevice {
         Ok(())
     }
 
+    /// True if `pd` is a live protection domain of this device.
+    pub fn pd_live(&self, pd: u32) -> bool {
+        self.engine()
+            .pds
+            .get((pd as usize).wrapping_sub(1))
+            .copied()
+            .unwrap_or(false)
+    }
+
     /// Datagrams dropped since the device was made, by reason.
     pub fn ud_drops(&self) -> UdDrops {
         self.engine().ud_drops
