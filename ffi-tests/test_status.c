@@ -61,6 +61,7 @@ static const uint32_t ALL_CODES[] = {
     RDD_STATUS_INVALID_FLAGS,
     RDD_STATUS_NULL_POINTER,
     RDD_STATUS_INVALID_IMMEDIATE,
+    RDD_STATUS_EXCEEDS_MTU,
     RDD_STATUS_SQ_FULL,
     RDD_STATUS_RQ_FULL,
     RDD_STATUS_INVALID_QP_STATE,
@@ -118,7 +119,7 @@ static void test_every_code_has_a_message(void)
 
 static void test_unknown_values(void)
 {
-    static const uint32_t unknown[] = {1, 999, 1000, 1011, 1999, 2000, 2006, 7001, 0xffffffffu};
+    static const uint32_t unknown[] = {1, 999, 1000, 1012, 1999, 2000, 2006, 7001, 0xffffffffu};
     size_t i;
     char buf[64];
     for (i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {

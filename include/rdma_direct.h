@@ -663,6 +663,10 @@ enum rdd_status
      */
     RDD_STATUS_INVALID_IMMEDIATE = 1010,
     /**
+     * A UD message longer than the path MTU.
+     */
+    RDD_STATUS_EXCEEDS_MTU = 1011,
+    /**
      * The send queue has no room for the WQE.
      */
     RDD_STATUS_SQ_FULL = 1101,

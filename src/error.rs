@@ -40,6 +40,9 @@ pub enum Error {
     NullPointer = 1009,
     /// Immediate data given on an opcode that has none (C ABI).
     InvalidImmediate = 1010,
+    /// A datagram (UD) message longer than the path MTU: a UD message is
+    /// one packet.
+    ExceedsMtu = 1011,
 
     // ---- 1100..1199: queue state ----
     /// The send queue has no room for this WQE (counted in 64-byte basic
@@ -138,6 +141,7 @@ impl Error {
             1008 => Error::InvalidFlags,
             1009 => Error::NullPointer,
             1010 => Error::InvalidImmediate,
+            1011 => Error::ExceedsMtu,
             1101 => Error::SqFull,
             1102 => Error::RqFull,
             1103 => Error::InvalidQpState,
@@ -177,6 +181,7 @@ impl Error {
             Error::InvalidFlags => "unknown or contradictory work-request flags",
             Error::NullPointer => "NULL pointer where data is required",
             Error::InvalidImmediate => "immediate data given on an opcode without one",
+            Error::ExceedsMtu => "a datagram longer than the path MTU",
             Error::SqFull => "send queue full (no free basic blocks)",
             Error::RqFull => "receive queue full",
             Error::InvalidQpState => "the QP state does not allow this operation",
@@ -259,6 +264,7 @@ mod tests {
             Error::InvalidFlags,
             Error::NullPointer,
             Error::InvalidImmediate,
+            Error::ExceedsMtu,
             Error::SqFull,
             Error::RqFull,
             Error::InvalidQpState,

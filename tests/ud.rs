@@ -271,7 +271,7 @@ fn mtu_limit_and_bad_inputs_write_nothing() {
     let wr = SendWr::new(1, SendOp::Send, &big, SendFlags::SIGNALED);
     assert_eq!(
         a.qp.post_send_ud(&wr, &ah, b.qp.qpn(), 1),
-        Err(Error::LengthOverflow)
+        Err(Error::ExceedsMtu)
     );
     // RC post paths on a UD QP: no address handle.
     assert_eq!(

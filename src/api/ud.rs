@@ -133,7 +133,7 @@ impl<B: Backend> Qp<B> {
     /// [`Error::InvalidAttribute`] on an RC QP (an address handle has no
     /// use there) or with an `ah` of another PD; [`Error::Unsupported`]
     /// for RDMA and atomics (they do not exist on UD);
-    /// [`Error::LengthOverflow`] for a message longer than the port's MTU
+    /// [`Error::ExceedsMtu`] for a message longer than the port's MTU
     /// (a datagram is one packet); [`Error::InvalidQpn`] for a QP number
     /// wider than 24 bits; [`Error::InvalidQpState`] before
     /// [`Qp::ready_ud`] or in ERROR; the SGE and inline limits and
@@ -155,7 +155,7 @@ impl<B: Backend> Qp<B> {
             return Err(Error::Unsupported);
         };
         if wr_len(wr) > u64::from(self.ud_mtu) {
-            return Err(Error::LengthOverflow);
+            return Err(Error::ExceedsMtu);
         }
         let dest = UdDest::new(&ah.av, remote_qpn, qkey);
         if !self._send_cq.metered() {

@@ -29,6 +29,7 @@ pub(crate) const fn status_name(v: u32) -> &'static CStr {
         rdd_status::InvalidFlags => c"RDD_STATUS_INVALID_FLAGS",
         rdd_status::NullPointer => c"RDD_STATUS_NULL_POINTER",
         rdd_status::InvalidImmediate => c"RDD_STATUS_INVALID_IMMEDIATE",
+        rdd_status::ExceedsMtu => c"RDD_STATUS_EXCEEDS_MTU",
         rdd_status::SqFull => c"RDD_STATUS_SQ_FULL",
         rdd_status::RqFull => c"RDD_STATUS_RQ_FULL",
         rdd_status::InvalidQpState => c"RDD_STATUS_INVALID_QP_STATE",

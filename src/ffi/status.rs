@@ -41,6 +41,8 @@ pub enum rdd_status {
     NullPointer = 1009,
     /// Immediate data on an opcode that has none.
     InvalidImmediate = 1010,
+    /// A UD message longer than the path MTU.
+    ExceedsMtu = 1011,
 
     // ---- 1100..1199: queue state ----
     /// The send queue has no room for the WQE.
@@ -138,6 +140,7 @@ const_assert_eq!(
 );
 const_assert_eq!(rdd_status::InvalidFlags as u32, Error::InvalidFlags.code());
 const_assert_eq!(rdd_status::NullPointer as u32, Error::NullPointer.code());
+const_assert_eq!(rdd_status::ExceedsMtu as u32, Error::ExceedsMtu.code());
 const_assert_eq!(
     rdd_status::InvalidImmediate as u32,
     Error::InvalidImmediate.code()
@@ -239,6 +242,7 @@ impl rdd_status {
             Error::InvalidFlags => rdd_status::InvalidFlags,
             Error::NullPointer => rdd_status::NullPointer,
             Error::InvalidImmediate => rdd_status::InvalidImmediate,
+            Error::ExceedsMtu => rdd_status::ExceedsMtu,
             Error::SqFull => rdd_status::SqFull,
             Error::RqFull => rdd_status::RqFull,
             Error::InvalidQpState => rdd_status::InvalidQpState,
