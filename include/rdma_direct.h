@@ -464,6 +464,21 @@
 #define RDD_WAIT_ADAPTIVE 2
 
 /**
+ * An armed SRQ limit was crossed (`rdd_srq_arm_limit`): fewer receives
+ * than the limit are posted to the SRQ and not yet taken; `element` is
+ * the SRQ number (`rdd_srq_attr.srqn` of `rdd_srq_query`). The event
+ * disarmed the limit: arm it again for another one.
+ * (`IBV_EVENT_SRQ_LIMIT_REACHED`.)
+ */
+#define RDD_EVENT_SRQ_LIMIT_REACHED 15
+
+/**
+ * A QP on an SRQ, in ERROR, has no more receives to flush
+ * (`IBV_EVENT_QP_LAST_WQE_REACHED`); `element` is the QP number.
+ */
+#define RDD_EVENT_QP_LAST_WQE_REACHED 16
+
+/**
  * A CQ overran or failed; `element` is the CQ number.
  */
 #define RDD_EVENT_CQ_ERR 0
@@ -819,6 +834,12 @@ typedef struct rdd_pool rdd_pool;
  * `rdd_qp_destroy`.
  */
 typedef struct rdd_qp rdd_qp;
+
+/**
+ * A shared receive queue (opaque handle): `rdd_srq_create` /
+ * `rdd_srq_destroy`.
+ */
+typedef struct rdd_srq rdd_srq;
 
 /**
  * A poll-mode submission service bound to one QP and its send CQ (opaque
@@ -1445,8 +1466,8 @@ typedef struct rdd_async_event {
      */
     uint32_t kind;
     /**
-     * The QP number, CQ number or port number the event is about (as
-     * `kind` implies; 0 for device-wide events).
+     * The QP number, CQ number, SRQ number or port number the event is
+     * about (as `kind` implies; 0 for device-wide events).
      */
     uint32_t element;
 } rdd_async_event;
@@ -1705,6 +1726,51 @@ typedef struct rdd_recovery {
      */
     struct rdd_failed_wr failure;
 } rdd_recovery;
+
+/**
+ * SRQ creation attributes for `rdd_srq_create`. 12 bytes.
+ */
+typedef struct rdd_srq_init {
+    /**
+     * Receives the SRQ must hold at once (at least 1; the software
+     * device allows up to 32767).
+     */
+    uint32_t max_wr;
+    /**
+     * Scatter entries per receive (at least 1; the software device
+     * allows up to 31).
+     */
+    uint32_t max_sge;
+    /**
+     * Must be 0 (`RDD_STATUS_INVALID_ARGUMENT` otherwise).
+     */
+    uint32_t reserved;
+} rdd_srq_init;
+
+/**
+ * What `rdd_srq_query` reports. 16 bytes.
+ */
+typedef struct rdd_srq_attr {
+    /**
+     * Receives the SRQ holds at once, as granted (at least what
+     * `rdd_srq_init.max_wr` asked for).
+     */
+    uint32_t max_wr;
+    /**
+     * Scatter entries per receive, as granted.
+     */
+    uint32_t max_sge;
+    /**
+     * The armed limit (`rdd_srq_arm_limit`), 0 when not armed, also
+     * after its event fired.
+     */
+    uint32_t limit;
+    /**
+     * The SRQ number: what an `RDD_EVENT_SRQ_LIMIT_REACHED` event names
+     * in `rdd_async_event.element`.
+     */
+    uint32_t srqn;
+} rdd_srq_attr;
 
 /**
  * How `rdd_pool_create` builds a pool. Zero every field you do not set.
@@ -3269,6 +3335,14 @@ rdd_status rdd_cq_destroy(struct rdd_cq *cq);
  * A failed completion moves its QP to the error state; later work on it
  * completes with `RDD_WC_WR_FLUSH_ERR`.
  *
+ * Receives of QPs on an SRQ (`rdd_qp_create_on_srq`) complete through
+ * the SRQ: the entry reports the SRQ receive's `wr_id` and the QP's
+ * number in `qp_num`, and its WQE goes back to the SRQ's free list. Such
+ * a poll uses the SRQs it completes receives of exclusively too; one in
+ * use by another thread (a post to it, a poll of another CQ) stops the
+ * poll in front of that entry without consuming it: the completions
+ * before it are returned, or `RESOURCE_BUSY` when it is the first.
+ *
  * Errors leave `out` and `*out_count` unwritten: `NULL_PARAMETER` (a NULL
  * array, output or QP handle), `INVALID_HANDLE`, `RESOURCE_BUSY` (a
  * handle in use by another thread), `INVALID_ARGUMENT`, `CQE_CORRUPT`.
@@ -3477,6 +3551,38 @@ rdd_status rdd_qp_create(struct rdd_pd *pd,
                          struct rdd_qp **out);
 
 /**
+ * Creates an RC queue pair as `rdd_qp_create` does, attached to the
+ * shared receive queue `srq` (of the same PD): it has no receive queue
+ * of its own and takes its receives from the SRQ (`rdd_srq_post_recv`,
+ * `rdd_srq_recv`). `init->max_recv_wr` and `init->max_recv_sge` are not
+ * used; `rdd_qp_query_caps` reports `max_recv_sge` 0. Posting a receive
+ * to the QP (`rdd_qp_post_recv`, `rdd_qp_recv`) is `INVALID_ATTRIBUTE`
+ * and writes nothing. The SRQ's receive completions come on `recv_cq`
+ * with the SRQ receive's `wr_id` and this QP's number in
+ * `rdd_wc.qp_num`; `rdd_cq_poll`, `rdd_cq_poll_n` and `rdd_cq_wait` route
+ * them through the SRQ, which each of them then uses exclusively too.
+ *
+ * The sizing guard counts the QP's send queue on `send_cq` and the SRQ's
+ * `max_wr` once on each receive CQ its QPs use (not once per QP). While
+ * the QP exists, `rdd_srq_destroy` is `RESOURCE_BUSY`.
+ *
+ * Errors (nothing is created, `*out` is not written): those of
+ * `rdd_qp_create`; for `srq` `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY`; `INVALID_ARGUMENT` (the SRQ is of another PD);
+ * `CQ_TOO_SMALL` (`recv_cq` cannot take the SRQ's `max_wr` besides what
+ * it holds); `UNSUPPORTED` (a device without SRQs).
+ *
+ * # Safety
+ * As `rdd_qp_create`.
+ */
+rdd_status rdd_qp_create_on_srq(struct rdd_pd *pd,
+                                struct rdd_cq *send_cq,
+                                struct rdd_cq *recv_cq,
+                                struct rdd_srq *srq,
+                                const struct rdd_qp_init *init,
+                                struct rdd_qp **out);
+
+/**
  * Destroys a queue pair. Work in flight is abandoned (its completions,
  * if any arrive, are discarded). The QP's CQs are used by the call
  * (`RESOURCE_BUSY` while another thread polls them). Once this returns
@@ -3660,7 +3766,10 @@ rdd_status rdd_qp_post_send(struct rdd_qp *qp,
 /**
  * Posts receive work requests `wrs[0..n]` and publishes them to the
  * device once. Same stopping rule and `*out_bad_index` contract as
- * `rdd_qp_post_send` (`RQ_FULL` when the receive queue is full).
+ * `rdd_qp_post_send` (`RQ_FULL` when the receive queue is full). A QP
+ * created on an SRQ (`rdd_qp_create_on_srq`) has no receive queue: the
+ * call is `INVALID_ATTRIBUTE`, posts nothing and leaves
+ * `*out_bad_index` unwritten (post to the SRQ instead).
  *
  * # Safety
  * `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to `num_sge`
@@ -3671,6 +3780,117 @@ rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
                             const struct rdd_recv_wr *wrs,
                             size_t n,
                             size_t *out_bad_index);
+
+/**
+ * Creates a shared receive queue on `pd` for at least `init->max_wr`
+ * receives of up to `init->max_sge` scatter entries each; the granted
+ * sizes are in `rdd_srq_query`. RC QPs of the same PD are attached to it
+ * at creation with `rdd_qp_create_on_srq`.
+ *
+ * Errors (nothing is created and `*out` is not written):
+ * `NULL_PARAMETER` (`pd`, `init`, `out`), `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (the PD in use by another thread's exclusive call),
+ * `INVALID_ARGUMENT` (`init->reserved` not 0), `INVALID_ATTRIBUTE`
+ * (`max_wr` or `max_sge` 0 or above the device's limits: 32767 and 31 on
+ * the software device), `UNSUPPORTED` (a device without SRQs: every
+ * kernel device for now), `RESOURCE_EXHAUSTED`.
+ *
+ * # Safety
+ * `init` is valid for reads of one `rdd_srq_init`; `out` for a write of
+ * one pointer.
+ */
+rdd_status rdd_srq_create(struct rdd_pd *pd,
+                          const struct rdd_srq_init *init,
+                          struct rdd_srq **out);
+
+/**
+ * Destroys a shared receive queue; receives still posted are dropped
+ * with it (as `ibv_destroy_srq` drops them). `RESOURCE_BUSY` while QPs
+ * are attached (destroy them first) or while another thread uses the
+ * SRQ: nothing changes then and posted receives stay posted.
+ */
+rdd_status rdd_srq_destroy(struct rdd_srq *srq);
+
+/**
+ * Posts receive work requests `wrs[0..n]` to the SRQ and publishes them
+ * to the device once (`ibv_post_srq_recv`). The rules of
+ * `rdd_qp_post_recv`: the call stops at the first refused request (the
+ * ones before it are posted and published), `*out_bad_index` is written
+ * exactly when a request's status is returned (`TOO_MANY_SGES`: more than
+ * the granted `max_sge`; `LENGTH_OVERFLOW`; `RQ_FULL`: every WQE is
+ * posted or completed but not yet polled, so poll the CQs; or
+ * `INVALID_ARGUMENT` for a misaligned or too large array, index 0), and
+ * not on `OK`, `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`, which
+ * post nothing. Zero-length SGEs are posted as they are.
+ *
+ * The receives complete on the receive CQ of whichever attached QP a
+ * SEND (or RDMA WRITE with immediate) arrives at, with that QP's number
+ * in `rdd_wc.qp_num` and the receive's `wr_id`. They are not metered
+ * against an unguarded CQ's headroom (the sizing guard counts the SRQ's
+ * `max_wr` once on each such CQ instead).
+ *
+ * # Safety
+ * `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to
+ * `num_sge` readable entries naming memory of this device's MRs (checked
+ * by the device). `out_bad_index` is valid for a write of one `size_t`.
+ */
+rdd_status rdd_srq_post_recv(struct rdd_srq *srq,
+                             const struct rdd_recv_wr *wrs,
+                             size_t n,
+                             size_t *out_bad_index);
+
+/**
+ * Posts one receive of up to `length` bytes into `laddr` (local key
+ * `lkey`, a region with local write) to the SRQ: `rdd_srq_post_recv` of
+ * one `rdd_recv_wr` with one SGE. `flags` is 0 or
+ * `RDD_SEND_DEFER_DOORBELL`: the receive is then published to the device
+ * by the next `rdd_srq_recv` without it, `rdd_srq_post_recv` or
+ * `rdd_srq_ring` (one doorbell-record update for a batch).
+ *
+ * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the handle);
+ * `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (never with one SGE),
+ * `LENGTH_OVERFLOW`, `RQ_FULL`. A refused call writes nothing.
+ *
+ * # Safety
+ * `laddr`/`lkey` name memory of this device's regions (checked by the
+ * device).
+ */
+rdd_status rdd_srq_recv(struct rdd_srq *srq,
+                        uint64_t wr_id,
+                        uint64_t laddr,
+                        uint32_t length,
+                        uint32_t lkey,
+                        uint32_t flags);
+
+/**
+ * Publishes the receives posted to the SRQ with `RDD_SEND_DEFER_DOORBELL`
+ * and not published yet (one doorbell-record update). Nothing pending:
+ * nothing happens. `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY`.
+ */
+rdd_status rdd_srq_ring(struct rdd_srq *srq);
+
+/**
+ * Arms the SRQ's limit (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): when the
+ * device takes a receive and fewer than `limit` posted receives are left,
+ * it raises one `RDD_EVENT_SRQ_LIMIT_REACHED` event
+ * (`rdd_device_poll_async_event`, `element` = the SRQ number of
+ * `rdd_srq_query`) and disarms the limit; arm again for another event.
+ * 0 disarms. `INVALID_ATTRIBUTE` for a limit above the granted `max_wr`
+ * (nothing changes); `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`.
+ */
+rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
+                             uint32_t limit);
+
+/**
+ * The SRQ's granted sizes, its armed limit as the device has it, and its
+ * number (see `rdd_srq_attr`). `*out` is written only on `OK`.
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_srq_attr`.
+ */
+rdd_status rdd_srq_query(const struct rdd_srq *srq,
+                         struct rdd_srq_attr *out);
 
 /**
  * Posts one RDMA WRITE of `length` bytes at `laddr` (local key `lkey`) to
@@ -3851,7 +4071,9 @@ rdd_status rdd_qp_cmp_swap(struct rdd_qp *qp,
  * `rdd_recv_wr` with one SGE. `flags` is 0 or `RDD_SEND_DEFER_DOORBELL`
  * (the receive is published to the device by a later `rdd_qp_recv`
  * without it, `rdd_qp_post_recv` or `rdd_qp_ring`; on a kernel device it
- * is published at once).
+ * is published at once). A QP on an SRQ (`rdd_qp_create_on_srq`) has no
+ * receive queue: `INVALID_ATTRIBUTE` (after the handle and flag checks),
+ * nothing written; use `rdd_srq_recv`.
  *
  * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
  * `rdd_qp_write`); `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (a QP
@@ -3908,6 +4130,10 @@ rdd_status rdd_qp_ring(struct rdd_qp *qp);
  * before it, or `-RDD_STATUS_RESOURCE_BUSY` if there are none; nothing is
  * lost. Completions of destroyed QPs are discarded, and a failed
  * completion moves its QP to the error state, as with `rdd_cq_poll`.
+ * Receives of QPs on an SRQ complete through the SRQ (its `wr_id`, the
+ * QP's `qp_num`), the SRQ being taken like a QP: exclusively, from its
+ * first entry in the call on, and a busy one stops the call in front of
+ * that entry as a busy QP does.
  *
  * Errors: `-RDD_STATUS_NULL_PARAMETER` (`cq` or `out` NULL, also for
  * `n` = 0); `-RDD_STATUS_INVALID_ARGUMENT` (`out` misaligned);

@@ -13,6 +13,7 @@ use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues, Wc};
 
 use super::objects::{CqBudget, CqDesc, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
+use super::srq_route::WithSrqs;
 use super::table::{excl, insert, shared, Excl, ExclusiveCell};
 use super::types::{rdd_cq, rdd_device, rdd_qp, rdd_qp_init, RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
 use super::{as_handle, check_array, h, put};
@@ -78,6 +79,7 @@ pub unsafe extern "C" fn rdd_cq_create(
             adaptive: ExclusiveCell(crate::event::Adaptive::new(Default::default())),
             link: Arc::new(()),
             bound: Vec::with_capacity(4),
+            srqs: Vec::new(),
             mlx5_dv,
             _keep: raw.keep,
             _dev_link: Arc::clone(&d.link),
@@ -165,6 +167,14 @@ impl CqRoute for QpList {
 /// A failed completion moves its QP to the error state; later work on it
 /// completes with `RDD_WC_WR_FLUSH_ERR`.
 ///
+/// Receives of QPs on an SRQ (`rdd_qp_create_on_srq`) complete through
+/// the SRQ: the entry reports the SRQ receive's `wr_id` and the QP's
+/// number in `qp_num`, and its WQE goes back to the SRQ's free list. Such
+/// a poll uses the SRQs it completes receives of exclusively too; one in
+/// use by another thread (a post to it, a poll of another CQ) stops the
+/// poll in front of that entry without consuming it: the completions
+/// before it are returned, or `RESOURCE_BUSY` when it is the first.
+///
 /// Errors leave `out` and `*out_count` unwritten: `NULL_PARAMETER` (a NULL
 /// array, output or QP handle), `INVALID_HANDLE`, `RESOURCE_BUSY` (a
 /// handle in use by another thread), `INVALID_ARGUMENT`, `CQE_CORRUPT`.
@@ -197,7 +207,16 @@ pub unsafe extern "C" fn rdd_cq_poll(
         // (asserted in the mlx5 module) and every bit pattern is valid.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let budget = Arc::clone(&c.budget);
-        match poll_counted(c.cq.get_mut(), &budget, &mut list, out_wc) {
+        let co: &mut CqObj = &mut c;
+        let r = if co.srqs.is_empty() {
+            poll_counted(co.cq.get_mut(), &budget, &mut list, out_wc)
+        } else {
+            // QPs on SRQs receive here: their receives complete through
+            // the SRQs (`srq_route.rs`).
+            let mut route = WithSrqs::new(&mut list, &co.srqs);
+            poll_counted(co.cq.get_mut(), &budget, &mut route, out_wc)
+        };
+        match r {
             Ok(count) => {
                 // SAFETY: non-NULL (checked), writable (caller contract).
                 unsafe { put(out_count, count) };
@@ -211,10 +230,10 @@ pub unsafe extern "C" fn rdd_cq_poll(
 /// Polls, and on an unguarded CQ gives every consumed CQE's room back to
 /// the posters' headroom check (forced signals the poller retires without
 /// reporting included: the consumer index counts them).
-pub(super) fn poll_counted(
+pub(super) fn poll_counted<R: CqRoute + ?Sized>(
     cq: &mut CqImpl,
     budget: &CqBudget,
-    list: &mut QpList,
+    list: &mut R,
     out: &mut [Wc],
 ) -> crate::error::Result<usize> {
     let cq = match cq {

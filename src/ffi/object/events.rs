@@ -10,6 +10,7 @@ use crate::ffi::status::rdd_status;
 
 use super::cq::{poll_counted, route_list, QpList};
 use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj};
+use super::srq_route::{BoundSrq, WithSrqs};
 use super::table::{excl, shared};
 use super::types::{rdd_cq, rdd_device, rdd_qp, RDD_CQ_ARM_SOLICITED};
 use super::{check_array, h, put};
@@ -26,13 +27,19 @@ struct FfiWaitable<'a> {
     cq: &'a mut CqImpl,
     budget: &'a CqBudget,
     list: &'a mut QpList,
+    /// The CQ's bound SRQs (`srq_route.rs`; empty for most CQs).
+    srqs: &'a [BoundSrq],
     backend: &'a dyn Backend,
     cqn: u32,
 }
 
 impl crate::event::Waitable for FfiWaitable<'_> {
     fn poll(&mut self, out: &mut [Wc]) -> crate::error::Result<usize> {
-        poll_counted(self.cq, self.budget, self.list, out)
+        if self.srqs.is_empty() {
+            return poll_counted(self.cq, self.budget, self.list, out);
+        }
+        let mut route = WithSrqs::new(self.list, self.srqs);
+        poll_counted(self.cq, self.budget, &mut route, out)
     }
     fn arm(&mut self) -> crate::error::Result<()> {
         self.cq.arm(false)
@@ -95,11 +102,13 @@ pub unsafe extern "C" fn rdd_cq_wait(
         let budget = Arc::clone(&c.budget);
         let cqn = c.cqn;
         let mut adaptive = *c.adaptive.get_mut();
+        let co: &mut CqObj = &mut c;
         let r = crate::event::wait(
             &mut FfiWaitable {
-                cq: c.cq.get_mut(),
+                cq: co.cq.get_mut(),
                 budget: &budget,
                 list: &mut list,
+                srqs: &co.srqs,
                 backend: &*backend,
                 cqn,
             },
@@ -153,10 +162,20 @@ pub unsafe extern "C" fn rdd_cq_event_fd(
 pub struct rdd_async_event {
     /// `RDD_EVENT_*` (the `ibv_event_type` numbering).
     pub kind: u32,
-    /// The QP number, CQ number or port number the event is about (as
-    /// `kind` implies; 0 for device-wide events).
+    /// The QP number, CQ number, SRQ number or port number the event is
+    /// about (as `kind` implies; 0 for device-wide events).
     pub element: u32,
 }
+
+/// An armed SRQ limit was crossed (`rdd_srq_arm_limit`): fewer receives
+/// than the limit are posted to the SRQ and not yet taken; `element` is
+/// the SRQ number (`rdd_srq_attr.srqn` of `rdd_srq_query`). The event
+/// disarmed the limit: arm it again for another one.
+/// (`IBV_EVENT_SRQ_LIMIT_REACHED`.)
+pub const RDD_EVENT_SRQ_LIMIT_REACHED: u32 = 15;
+/// A QP on an SRQ, in ERROR, has no more receives to flush
+/// (`IBV_EVENT_QP_LAST_WQE_REACHED`); `element` is the QP number.
+pub const RDD_EVENT_QP_LAST_WQE_REACHED: u32 = 16;
 
 /// A CQ overran or failed; `element` is the CQ number.
 pub const RDD_EVENT_CQ_ERR: u32 = 0;
@@ -185,8 +204,8 @@ fn async_event_c(e: crate::api::AsyncEvent) -> rdd_async_event {
         E::QpAccessError { qpn } => (RDD_EVENT_QP_ACCESS_ERR, qpn),
         E::CommEstablished { qpn } => (4, qpn),
         E::SqDrained { qpn } => (5, qpn),
-        E::LastWqeReached { qpn } => (16, qpn),
-        E::SrqLimitReached { srqn } => (15, srqn),
+        E::LastWqeReached { qpn } => (RDD_EVENT_QP_LAST_WQE_REACHED, qpn),
+        E::SrqLimitReached { srqn } => (RDD_EVENT_SRQ_LIMIT_REACHED, srqn),
         E::DeviceFatal => (RDD_EVENT_DEVICE_FATAL, 0),
         E::PortActive { port } => (RDD_EVENT_PORT_ACTIVE, u32::from(port)),
         E::PortError { port } => (RDD_EVENT_PORT_ERR, u32::from(port)),

@@ -5,7 +5,7 @@
 //! # Handles
 //!
 //! A handle (`rdd_device *`, `rdd_pd *`, `rdd_mr *`, `rdd_cq *`,
-//! `rdd_qp *`) is *not* the address of the object: it is an encoded slot
+//! `rdd_qp *`, `rdd_srq *`) is *not* the address of the object: it is an encoded slot
 //! reference, `generation << 32 | index << 8 | kind`, cast to a pointer
 //! type so C keeps its type checking. The library never dereferences a
 //! handle. Every call decodes it and checks it against a global slot table
@@ -60,6 +60,9 @@ mod recover;
 
 mod post;
 
+mod srq;
+mod srq_route;
+
 mod ops;
 mod poll_n;
 
@@ -82,6 +85,7 @@ pub use post::*;
 pub use qp::*;
 pub use qp_query::*;
 pub use recover::*;
+pub use srq::*;
 pub use types::*;
 
 pub(super) use objects::{MrObj, PdObj};

@@ -16,6 +16,8 @@ use crate::wr::QpCaps;
 
 use crate::ffi::status::rdd_status;
 
+use super::srq::{SrqAttach, SrqObj};
+use super::srq_route::BoundSrq;
 use super::table::{slot_ref, ExclusiveCell, Object, SlotRef};
 use super::table::{KIND_CQ, KIND_DEVICE, KIND_MR, KIND_PD, KIND_QP};
 
@@ -132,6 +134,11 @@ pub(super) struct CqObj {
     /// `rdd_qp_destroy`, both holding this CQ exclusively): the route of
     /// `rdd_cq_poll_n`.
     pub(super) bound: Vec<BoundQp>,
+    /// The SRQs whose QPs receive here (bound by `rdd_qp_create_on_srq`,
+    /// unbound with their last QP by `rdd_qp_destroy`, both holding this
+    /// CQ exclusively): empty unless such a QP exists, and then every poll
+    /// routes SRQ receive completions through them (`srq_route.rs`).
+    pub(super) srqs: Vec<BoundSrq>,
     /// The mlx5 descriptor the CQ was made over (`rdd_cq_mlx5_desc`);
     /// None for a provider-polled CQ.
     pub(super) mlx5_dv: Option<CqDesc>,
@@ -187,6 +194,29 @@ impl CqObj {
     /// Forgets QP `qpn` (before it is destroyed).
     pub(super) fn unbind(&mut self, qpn: u32) {
         self.bound.retain(|b| b.qpn != qpn);
+    }
+
+    /// Records that one more QP of SRQ `srqn` (handle `srq`, live)
+    /// receives here.
+    pub(super) fn bind_srq(&mut self, srqn: u32, srq: usize) -> Result<(), rdd_status> {
+        if let Some(b) = self.srqs.iter_mut().find(|b| b.srqn == srqn) {
+            b.qps += 1;
+            return Ok(());
+        }
+        let slot = slot_ref::<SrqObj>(srq)?;
+        self.srqs.push(BoundSrq { srqn, slot, qps: 1 });
+        Ok(())
+    }
+
+    /// Undoes one [`CqObj::bind_srq`] (a QP of SRQ `srqn` goes); the SRQ is
+    /// forgotten with its last QP here.
+    pub(super) fn unbind_srq(&mut self, srqn: u32) {
+        if let Some(i) = self.srqs.iter().position(|b| b.srqn == srqn) {
+            self.srqs[i].qps -= 1;
+            if self.srqs[i].qps == 0 {
+                self.srqs.swap_remove(i);
+            }
+        }
     }
 }
 
@@ -367,6 +397,12 @@ pub(super) struct QpObj {
     /// The mlx5 descriptor the queues were made over (`rdd_qp_mlx5_desc`);
     /// None for a provider-posted QP.
     pub(super) mlx5_dv: Option<QpDesc>,
+    /// The SRQ this QP takes its receives from (`rdd_qp_create_on_srq`);
+    /// its receive queue is then a one-entry stand-in that is never
+    /// posted to (`_no_rq`, below) and never seen by the device.
+    pub(super) srq: Option<SrqAttach>,
+    /// The stand-in receive queue's memory (QPs on an SRQ only).
+    pub(super) _no_rq: Option<crate::util::AlignedBuf>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
     pub(super) _pd_link: Arc<()>,
     pub(super) _cq_links: Vec<Arc<()>>,

@@ -498,7 +498,9 @@ pub unsafe extern "C" fn rdd_qp_cmp_swap(
 /// `rdd_recv_wr` with one SGE. `flags` is 0 or `RDD_SEND_DEFER_DOORBELL`
 /// (the receive is published to the device by a later `rdd_qp_recv`
 /// without it, `rdd_qp_post_recv` or `rdd_qp_ring`; on a kernel device it
-/// is published at once).
+/// is published at once). A QP on an SRQ (`rdd_qp_create_on_srq`) has no
+/// receive queue: `INVALID_ATTRIBUTE` (after the handle and flag checks),
+/// nothing written; use `rdd_srq_recv`.
 ///
 /// `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (as
 /// `rdd_qp_write`); `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (a QP
@@ -530,7 +532,7 @@ pub unsafe extern "C" fn rdd_qp_recv(
         // An unguarded receive CQ: one completion per receive.
         let meter = q.recv_budget.metered().then_some(&*q.recv_budget);
         if meter.is_some_and(|b| b.headroom.reserve(1) == 0) {
-            return rdd_status::CqFull;
+            return recv_refused(q, rdd_status::CqFull);
         }
         let r = match q.q.get_mut() {
             QpImpl::Mlx5(o) => {
@@ -549,10 +551,25 @@ pub unsafe extern "C" fn rdd_qp_recv(
                 if let Some(b) = meter {
                     b.headroom.unreserve(1);
                 }
-                e.into()
+                recv_refused(q, e.into())
             }
         }
     })
+}
+
+/// The status of a refused `rdd_qp_recv`: `INVALID_ATTRIBUTE` for a QP on
+/// an SRQ, whatever its stand-in receive queue said (it has no SGE, so it
+/// refuses every receive before writing anything), `status` otherwise.
+/// Only refusals come here, so a QP without an SRQ posts through the code
+/// it always did.
+#[cold]
+#[inline(never)]
+fn recv_refused(q: &QpObj, status: rdd_status) -> rdd_status {
+    if q.srq.is_some() {
+        rdd_status::InvalidAttribute
+    } else {
+        status
+    }
 }
 
 /// Rings the doorbells for every WR posted on `qp` with

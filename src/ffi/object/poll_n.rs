@@ -30,6 +30,7 @@ use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues};
 
 use super::objects::{BoundQp, CqBudget, CqImpl, CqObj, QpImpl, QpObj};
+use super::srq_route::WithSrqs;
 use super::table::{excl, excl_ref, Excl};
 use super::types::rdd_cq;
 use super::{check_array, h};
@@ -155,10 +156,10 @@ fn neg(s: rdd_status) -> i32 {
 /// Polls the mlx5 core's CQ, and on an unguarded CQ gives every consumed
 /// CQE's room back to the posters' headroom check (as `rdd_cq_poll`).
 #[inline(always)]
-fn poll_mlx5(
+fn poll_mlx5<R: CqRoute + ?Sized>(
     cq: &mut CompletionQueue,
     budget: &CqBudget,
-    route: &mut LazyRoute<'_>,
+    route: &mut R,
     out: &mut [Wc],
 ) -> crate::error::Result<usize> {
     if !budget.metered() {
@@ -188,6 +189,10 @@ fn poll_mlx5(
 /// before it, or `-RDD_STATUS_RESOURCE_BUSY` if there are none; nothing is
 /// lost. Completions of destroyed QPs are discarded, and a failed
 /// completion moves its QP to the error state, as with `rdd_cq_poll`.
+/// Receives of QPs on an SRQ complete through the SRQ (its `wr_id`, the
+/// QP's `qp_num`), the SRQ being taken like a QP: exclusively, from its
+/// first entry in the call on, and a busy one stops the call in front of
+/// that entry as a busy QP does.
 ///
 /// Errors: `-RDD_STATUS_NULL_PARAMETER` (`cq` or `out` NULL, also for
 /// `n` = 0); `-RDD_STATUS_INVALID_ARGUMENT` (`out` misaligned);
@@ -220,8 +225,15 @@ pub unsafe extern "C" fn rdd_cq_poll_n(cq: *mut rdd_cq, out: *mut rdd_wc, n: u32
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let c: &mut CqObj = &mut g;
         let r = match c.cq.get_mut() {
-            CqImpl::Mlx5(cq) => {
+            CqImpl::Mlx5(cq) if c.srqs.is_empty() => {
                 let mut route = LazyRoute::new(&c.bound);
+                poll_mlx5(cq, &c.budget, &mut route, out_wc)
+            }
+            CqImpl::Mlx5(cq) => {
+                // QPs on SRQs receive here: their receives complete through
+                // the SRQs (`srq_route.rs`), each taken as lazily as a QP.
+                let mut lazy = LazyRoute::new(&c.bound);
+                let mut route = WithSrqs::new(&mut lazy, &c.srqs);
                 poll_mlx5(cq, &c.budget, &mut route, out_wc)
             }
             CqImpl::Driver(p) => {

@@ -331,7 +331,10 @@ pub unsafe extern "C" fn rdd_qp_post_send(
 
 /// Posts receive work requests `wrs[0..n]` and publishes them to the
 /// device once. Same stopping rule and `*out_bad_index` contract as
-/// `rdd_qp_post_send` (`RQ_FULL` when the receive queue is full).
+/// `rdd_qp_post_send` (`RQ_FULL` when the receive queue is full). A QP
+/// created on an SRQ (`rdd_qp_create_on_srq`) has no receive queue: the
+/// call is `INVALID_ATTRIBUTE`, posts nothing and leaves
+/// `*out_bad_index` unwritten (post to the SRQ instead).
 ///
 /// # Safety
 /// `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to `num_sge`
@@ -347,6 +350,10 @@ pub unsafe extern "C" fn rdd_qp_post_recv(
     ffi_boundary!({
         non_null!(out_bad_index);
         let mut q = try_status!(excl::<QpObj>(h(qp)));
+        if q.srq.is_some() {
+            // Its receives go to the SRQ; nothing is posted or written.
+            return rdd_status::InvalidAttribute;
+        }
         non_null!(wrs);
         if let Err(status) = check_array(wrs, n) {
             // SAFETY: non-NULL (checked), writable (caller contract).

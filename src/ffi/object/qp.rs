@@ -12,12 +12,13 @@ use std::vec::Vec;
 use static_assertions::const_assert_eq;
 
 use crate::api::{QpConnection, RawQpPath};
-use crate::attr::QpModify;
+use crate::attr::{QpModify, SrqId};
 use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{QpState, RecvQueue, SendQueue, SqConfig, WrSlot};
 
 use super::objects::{CqObj, PdObj, QpDesc, QpImpl, QpObj, QpQueuesOwned};
+use super::srq::{rdd_srq, SrqAttach, SrqObj};
 use super::table::{excl, insert, shared, ExclusiveCell};
 use super::types::{rdd_connect_attr, rdd_cq, rdd_pd, rdd_qp, rdd_qp_info, rdd_qp_init};
 use super::types::{RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
@@ -61,6 +62,64 @@ pub unsafe extern "C" fn rdd_qp_create(
     out: *mut *mut rdd_qp,
 ) -> rdd_status {
     ffi_boundary!({
+        // SAFETY: forwarded contract.
+        unsafe { create_qp_obj(pd, send_cq, recv_cq, None, init, out) }
+    })
+}
+
+/// Creates an RC queue pair as `rdd_qp_create` does, attached to the
+/// shared receive queue `srq` (of the same PD): it has no receive queue
+/// of its own and takes its receives from the SRQ (`rdd_srq_post_recv`,
+/// `rdd_srq_recv`). `init->max_recv_wr` and `init->max_recv_sge` are not
+/// used; `rdd_qp_query_caps` reports `max_recv_sge` 0. Posting a receive
+/// to the QP (`rdd_qp_post_recv`, `rdd_qp_recv`) is `INVALID_ATTRIBUTE`
+/// and writes nothing. The SRQ's receive completions come on `recv_cq`
+/// with the SRQ receive's `wr_id` and this QP's number in
+/// `rdd_wc.qp_num`; `rdd_cq_poll`, `rdd_cq_poll_n` and `rdd_cq_wait` route
+/// them through the SRQ, which each of them then uses exclusively too.
+///
+/// The sizing guard counts the QP's send queue on `send_cq` and the SRQ's
+/// `max_wr` once on each receive CQ its QPs use (not once per QP). While
+/// the QP exists, `rdd_srq_destroy` is `RESOURCE_BUSY`.
+///
+/// Errors (nothing is created, `*out` is not written): those of
+/// `rdd_qp_create`; for `srq` `NULL_PARAMETER`, `INVALID_HANDLE`,
+/// `RESOURCE_BUSY`; `INVALID_ARGUMENT` (the SRQ is of another PD);
+/// `CQ_TOO_SMALL` (`recv_cq` cannot take the SRQ's `max_wr` besides what
+/// it holds); `UNSUPPORTED` (a device without SRQs).
+///
+/// # Safety
+/// As `rdd_qp_create`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_qp_create_on_srq(
+    pd: *mut rdd_pd,
+    send_cq: *mut rdd_cq,
+    recv_cq: *mut rdd_cq,
+    srq: *mut rdd_srq,
+    init: *const rdd_qp_init,
+    out: *mut *mut rdd_qp,
+) -> rdd_status {
+    ffi_boundary!({
+        non_null!(srq);
+        // SAFETY: forwarded contract.
+        unsafe { create_qp_obj(pd, send_cq, recv_cq, Some(h(srq)), init, out) }
+    })
+}
+
+/// The body of `rdd_qp_create` and `rdd_qp_create_on_srq` (`srq`: the SRQ
+/// handle, non-NULL).
+///
+/// # Safety
+/// As `rdd_qp_create`.
+unsafe fn create_qp_obj(
+    pd: *mut rdd_pd,
+    send_cq: *mut rdd_cq,
+    recv_cq: *mut rdd_cq,
+    srq: Option<usize>,
+    init: *const rdd_qp_init,
+    out: *mut *mut rdd_qp,
+) -> rdd_status {
+    {
         non_null!(out);
         let init = if init.is_null() {
             rdd_qp_init::default()
@@ -85,7 +144,15 @@ pub unsafe extern "C" fn rdd_qp_create(
         if scq.attached() >= RDD_CQ_MAX_QPS || rcq_ref.attached() >= RDD_CQ_MAX_QPS {
             return rdd_status::ResourceExhausted;
         }
-        let qi = init.queue_sizes();
+        let srq_g = match srq {
+            None => None,
+            Some(sh) => Some(try_status!(shared::<SrqObj>(sh))),
+        };
+        if srq_g.as_ref().is_some_and(|s| s.pd != h(pd)) {
+            return rdd_status::InvalidArgument;
+        }
+        let mut qi = init.queue_sizes();
+        qi.srq = srq_g.as_ref().map(|s| SrqId::from_srqn(s.srqn));
         let b = &p.backend;
         let raw = match b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi) {
             Ok(r) => r,
@@ -99,10 +166,33 @@ pub unsafe extern "C" fn rdd_qp_create(
             RawQpPath::Mlx5(dv) => Some(QpDesc(*dv)),
             RawQpPath::Driver(_) => None,
         };
+        // A QP on an SRQ has no receive queue (`rq_wqe_cnt` 0): its core
+        // `rq` is a one-entry stand-in over private memory with its own
+        // doorbell word and no SGE, which `rdd_qp_post_recv` and
+        // `rdd_qp_recv` refuse before anything reaches it and the device
+        // never reads (as `api::Qp` does).
+        let no_rq = srq_g.as_ref().map(|_| crate::util::AlignedBuf::new(64));
         let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
             RawQpPath::Mlx5(dv) => {
+                let (rq_dv, rq_caps) = match &no_rq {
+                    None => (dv, raw.caps),
+                    Some(m) => (
+                        crate::provider::mlx5::Mlx5dvQp {
+                            rq_buf: m.ptr(),
+                            rq_wqe_cnt: 1,
+                            rq_stride: 16,
+                            // SAFETY: +32 is inside the 64-byte buffer.
+                            dbrec: unsafe { m.ptr().add(32) }.cast(),
+                            ..dv
+                        },
+                        crate::wr::QpCaps {
+                            max_recv_sge: 0,
+                            ..raw.caps
+                        },
+                    ),
+                };
                 let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
-                let mut rq_wrid = vec![0u64; dv.rq_wqe_cnt as usize];
+                let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize];
                 let built = (|| {
                     // SAFETY: the descriptor names queue memory kept alive
                     // by `raw.keep` (held by the QpObj); the side tables
@@ -121,11 +211,12 @@ pub unsafe extern "C" fn rdd_qp_create(
                             sq_wrid.len(),
                         )
                     }?;
-                    // SAFETY: as above.
+                    // SAFETY: as above (or the stand-in's private memory,
+                    // owned by the QpObj).
                     let rq = unsafe {
                         RecvQueue::from_raw(
-                            &dv,
-                            &raw.caps,
+                            &rq_dv,
+                            &rq_caps,
                             NonNull::new(rq_wrid.as_mut_ptr())
                                 .ok_or(rdd_status::InvalidGeometry)?,
                             rq_wrid.len(),
@@ -150,9 +241,9 @@ pub unsafe extern "C" fn rdd_qp_create(
             }
             RawQpPath::Driver(p) => {
                 // The provider (libibverbs, or the verbs backend's own
-                // rxe/siw rings) keeps the queues; signal-all QPs exist
-                // only on the mlx5 core.
-                if cfg.sig_all {
+                // rxe/siw rings) keeps the queues; signal-all QPs and QPs
+                // on an SRQ exist only on the mlx5 core.
+                if cfg.sig_all || srq_g.is_some() {
                     drop(p);
                     let _ = b.destroy_qp(raw.qpn);
                     return rdd_status::Unsupported;
@@ -166,6 +257,20 @@ pub unsafe extern "C" fn rdd_qp_create(
                     Vec::new(),
                 )
             }
+        };
+        // The SRQ's share of the receive CQ (released when the attachment
+        // is dropped, with the QP or on a refusal below).
+        let recv_budget = Arc::clone(rcq.as_ref().map_or(&scq.budget, |r| &r.budget));
+        let attach = match (&srq_g, srq) {
+            (Some(s), Some(_)) => match SrqAttach::attach(s, &recv_budget) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    drop(qimpl);
+                    let _ = b.destroy_qp(raw.qpn);
+                    return e;
+                }
+            },
+            _ => None,
         };
         // The CQ sizing guard (as `api::Pd::create_qp`): every WR the
         // queues can hold may complete at once (a flush), so each CQ must
@@ -204,7 +309,7 @@ pub unsafe extern "C" fn rdd_qp_create(
             cq_links.push(Arc::clone(&r.link));
         }
         let send_budget = Arc::clone(&scq.budget);
-        let recv_budget = Arc::clone(rcq.as_ref().map_or(&scq.budget, |r| &r.budget));
+        let srqn = attach.as_ref().map(|a| a.srqn);
         let obj = Box::new(QpObj {
             charges,
             send_budget,
@@ -223,6 +328,8 @@ pub unsafe extern "C" fn rdd_qp_create(
             _sq_wrid: sq_wrid,
             _rq_wrid: rq_wrid,
             mlx5_dv,
+            srq: attach,
+            _no_rq: no_rq,
             _keep: raw.keep,
             _pd_link: Arc::clone(&p.link),
             _cq_links: cq_links,
@@ -234,10 +341,19 @@ pub unsafe extern "C" fn rdd_qp_create(
         if let Some(r) = rcq.as_deref_mut() {
             try_status!(r.bind(raw.qpn, handle));
         }
+        // The receive CQ learns the SRQ, so its polls route the SRQ's
+        // receive completions.
+        if let (Some(n), Some(sh)) = (srqn, srq) {
+            let rc: &mut CqObj = match rcq.as_deref_mut() {
+                Some(r) => r,
+                None => &mut scq,
+            };
+            try_status!(rc.bind_srq(n, sh));
+        }
         // SAFETY: non-NULL (checked), writable (caller contract).
         unsafe { put(out, as_handle(handle)) };
         rdd_status::Ok
-    })
+    }
 }
 
 /// Destroys a queue pair. Work in flight is abandoned (its completions,
@@ -258,6 +374,12 @@ pub extern "C" fn rdd_qp_destroy(qp: *mut rdd_qp) -> rdd_status {
         scq.unbind(q.qpn);
         if let Some(r) = rcq.as_deref_mut() {
             r.unbind(q.qpn);
+        }
+        if let Some(a) = &q.srq {
+            match rcq.as_deref_mut() {
+                Some(r) => r.unbind_srq(a.srqn),
+                None => scq.unbind_srq(a.srqn),
+            }
         }
         q.destroy();
         rdd_status::Ok

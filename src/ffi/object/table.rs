@@ -30,6 +30,8 @@ pub(super) const KIND_QP: u8 = 5;
 pub(in crate::ffi) const KIND_POOL: u8 = 6;
 /// An exposure (`ffi::expose`).
 pub(in crate::ffi) const KIND_EXPOSURE: u8 = 7;
+/// A shared receive queue (`srq.rs`).
+pub(super) const KIND_SRQ: u8 = 8;
 
 const INDEX_SHIFT: u32 = 8;
 const INDEX_BITS: u32 = 20;
