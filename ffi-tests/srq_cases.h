@@ -426,6 +426,9 @@ static void srq_test_refusals(void)
     bad = 4321;
     CHECK_EQ(rdd_qp_post_recv(e.rqp[0], rw, 1, &bad), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(bad, 4321);
+    rw[1].num_sge = 0; /* a receive with no SGE: the stand-in would take it */
+    CHECK_EQ(rdd_qp_post_recv(e.rqp[0], &rw[1], 1, &bad), RDD_STATUS_INVALID_ATTRIBUTE);
+    CHECK_EQ(bad, 4321);
     CHECK_EQ(rdd_qp_recv(e.rqp[0], 9, sg[0].addr, 64, e.lkey, 0), RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_qp_recv(e.rqp[0], 9, sg[0].addr, 64, e.lkey, RDD_SEND_DEFER_DOORBELL),
              RDD_STATUS_INVALID_ATTRIBUTE);

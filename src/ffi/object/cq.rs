@@ -13,7 +13,7 @@ use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{CompletionQueue, CqRoute, QpQueues, Wc};
 
 use super::objects::{CqBudget, CqDesc, CqImpl, CqObj, DeviceObj, QpImpl, QpObj};
-use super::srq_route::WithSrqs;
+use super::srq_route::{BoundSrq, WithSrqs};
 use super::table::{excl, insert, shared, Excl, ExclusiveCell};
 use super::types::{rdd_cq, rdd_device, rdd_qp, rdd_qp_init, RDD_CQ_MAX_QPS, RDD_QP_INIT_SIG_ALL};
 use super::{as_handle, check_array, h, put};
@@ -211,10 +211,7 @@ pub unsafe extern "C" fn rdd_cq_poll(
         let r = if co.srqs.is_empty() {
             poll_counted(co.cq.get_mut(), &budget, &mut list, out_wc)
         } else {
-            // QPs on SRQs receive here: their receives complete through
-            // the SRQs (`srq_route.rs`).
-            let mut route = WithSrqs::new(&mut list, &co.srqs);
-            poll_counted(co.cq.get_mut(), &budget, &mut route, out_wc)
+            poll_counted_srqs(co.cq.get_mut(), &budget, &mut list, &co.srqs, out_wc)
         };
         match r {
             Ok(count) => {
@@ -256,6 +253,21 @@ pub(super) fn poll_counted<R: CqRoute + ?Sized>(
     let consumed = cq.consumer_index().wrapping_sub(ci);
     budget.headroom.unreserve(u64::from(consumed));
     r
+}
+
+/// [`poll_counted`] for a CQ that QPs on SRQs receive on: their receives
+/// complete through the SRQs (`srq_route.rs`). Out of line, so that the
+/// poll of a CQ without SRQs keeps its code.
+#[inline(never)]
+pub(super) fn poll_counted_srqs(
+    cq: &mut CqImpl,
+    budget: &CqBudget,
+    list: &mut QpList,
+    srqs: &[BoundSrq],
+    out: &mut [Wc],
+) -> crate::error::Result<usize> {
+    let mut route = WithSrqs::new(list, srqs);
+    poll_counted(cq, budget, &mut route, out)
 }
 
 /// Acquires into the empty `list` the QPs a poll routes to: every QP

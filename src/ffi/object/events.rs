@@ -8,9 +8,9 @@ use crate::completion::Wc;
 use crate::ffi::mlx5::rdd_wc;
 use crate::ffi::status::rdd_status;
 
-use super::cq::{poll_counted, route_list, QpList};
+use super::cq::{poll_counted, poll_counted_srqs, route_list, QpList};
 use super::objects::{CqBudget, CqImpl, CqObj, DeviceObj};
-use super::srq_route::{BoundSrq, WithSrqs};
+use super::srq_route::BoundSrq;
 use super::table::{excl, shared};
 use super::types::{rdd_cq, rdd_device, rdd_qp, RDD_CQ_ARM_SOLICITED};
 use super::{check_array, h, put};
@@ -38,8 +38,7 @@ impl crate::event::Waitable for FfiWaitable<'_> {
         if self.srqs.is_empty() {
             return poll_counted(self.cq, self.budget, self.list, out);
         }
-        let mut route = WithSrqs::new(self.list, self.srqs);
-        poll_counted(self.cq, self.budget, &mut route, out)
+        poll_counted_srqs(self.cq, self.budget, self.list, self.srqs, out)
     }
     fn arm(&mut self) -> crate::error::Result<()> {
         self.cq.arm(false)

@@ -146,6 +146,30 @@ impl CqRoute for LazyRoute<'_> {
     }
 }
 
+/// `rdd_cq_poll_n` on a CQ that QPs on SRQs receive on: their receives
+/// complete through the SRQs (`srq_route.rs`), each taken as lazily as a
+/// QP. Out of line and cold, so that the poll of a CQ without SRQs keeps
+/// its code (one test of the SRQ count in front of it).
+#[cold]
+#[inline(never)]
+fn poll_with_srqs(c: &mut CqObj, out: &mut [Wc]) -> i32 {
+    let r = match c.cq.get_mut() {
+        CqImpl::Mlx5(cq) => {
+            let mut lazy = LazyRoute::new(&c.bound);
+            let mut route = WithSrqs::new(&mut lazy, &c.srqs);
+            poll_mlx5(cq, &c.budget, &mut route, out)
+        }
+        // SRQs exist only on the mlx5 core (QPs on them are refused on a
+        // provider-polled device).
+        CqImpl::Driver(_) => Err(crate::error::Error::Unsupported),
+    };
+    match r {
+        // `k <= out.len() <= i32::MAX`.
+        Ok(k) => k as i32,
+        Err(e) => neg(e.into()),
+    }
+}
+
 /// `-(int32_t)status`, the error form of `rdd_cq_poll_n`.
 #[inline(always)]
 fn neg(s: rdd_status) -> i32 {
@@ -224,16 +248,12 @@ pub unsafe extern "C" fn rdd_cq_poll_n(cq: *mut rdd_cq, out: *mut rdd_wc, n: u32
         // (asserted in the mlx5 module) and every bit pattern is valid.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let c: &mut CqObj = &mut g;
+        if !c.srqs.is_empty() {
+            return poll_with_srqs(c, out_wc);
+        }
         let r = match c.cq.get_mut() {
-            CqImpl::Mlx5(cq) if c.srqs.is_empty() => {
-                let mut route = LazyRoute::new(&c.bound);
-                poll_mlx5(cq, &c.budget, &mut route, out_wc)
-            }
             CqImpl::Mlx5(cq) => {
-                // QPs on SRQs receive here: their receives complete through
-                // the SRQs (`srq_route.rs`), each taken as lazily as a QP.
-                let mut lazy = LazyRoute::new(&c.bound);
-                let mut route = WithSrqs::new(&mut lazy, &c.srqs);
+                let mut route = LazyRoute::new(&c.bound);
                 poll_mlx5(cq, &c.budget, &mut route, out_wc)
             }
             CqImpl::Driver(p) => {
