@@ -433,6 +433,9 @@ static void srq_test_refusals(void)
     CHECK_EQ(rdd_qp_recv(e.rqp[0], 9, sg[0].addr, 64, e.lkey, RDD_SEND_DEFER_DOORBELL),
              RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_qp_ring(e.rqp[0]), RDD_STATUS_OK);
+    /* Recovery of a QP on an SRQ is not there yet: refused, unchanged. */
+    CHECK_EQ(rdd_qp_recover(e.rqp[0], NULL, NULL, 1000000ull, NULL, NULL, NULL),
+             RDD_STATUS_UNSUPPORTED);
     CHECK_EQ(rdd_qp_query_caps(e.rqp[0], &caps), RDD_STATUS_OK);
     CHECK_EQ(caps.max_recv_sge, 0);
     /* The one receive posted above (wr_id 1) is the only one the SRQ

@@ -3720,7 +3720,9 @@ const char *rdd_qp_state_name(uint32_t state);
  * `INVALID_ATTRIBUTE`) before anything is drained, and the QP is as it was.
  *
  * The QP's CQs must serve only this QP (another QP's completions would be
- * consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
+ * consumed): otherwise `RESOURCE_BUSY`. A QP on an SRQ
+ * (`rdd_qp_create_on_srq`) is not recovered yet: `UNSUPPORTED`, nothing
+ * changed. Gives up with `TIMEOUT` after
  * `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
  * count of completions reported and the first failed WR.
  *

@@ -73,6 +73,8 @@ mod ops_tests;
 #[cfg(test)]
 mod recover_tests;
 #[cfg(test)]
+mod srq_tests;
+#[cfg(test)]
 mod tests;
 
 pub use cq::*;

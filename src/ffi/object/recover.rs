@@ -69,7 +69,9 @@ const_assert_eq!(size_of::<rdd_recovery>(), 72);
 /// `INVALID_ATTRIBUTE`) before anything is drained, and the QP is as it was.
 ///
 /// The QP's CQs must serve only this QP (another QP's completions would be
-/// consumed): otherwise `RESOURCE_BUSY`. Gives up with `TIMEOUT` after
+/// consumed): otherwise `RESOURCE_BUSY`. A QP on an SRQ
+/// (`rdd_qp_create_on_srq`) is not recovered yet: `UNSUPPORTED`, nothing
+/// changed. Gives up with `TIMEOUT` after
 /// `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
 /// count of completions reported and the first failed WR.
 ///
@@ -96,6 +98,11 @@ pub unsafe extern "C" fn rdd_qp_recover(
             Some(unsafe { peer.read_unaligned() })
         };
         let g = try_status!(excl::<QpObj>(h(qp)));
+        if g.srq.is_some() {
+            // Its drain would poll SRQ receives without the SRQ (as
+            // `api::Qp::drain_and_reset`, not yet): nothing changes.
+            return rdd_status::Unsupported;
+        }
         if let Some(p) = &peer {
             // Bad reconnect inputs are refused before anything is drained
             // (a refused call changes nothing); iWARP's UNSUPPORTED still
