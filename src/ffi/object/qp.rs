@@ -357,7 +357,9 @@ unsafe fn create_qp_obj(
 }
 
 /// Destroys a queue pair. Work in flight is abandoned (its completions,
-/// if any arrive, are discarded). The QP's CQs are used by the call
+/// if any arrive, are discarded; for a QP on an SRQ, receives it took from
+/// the SRQ are still reported while another QP of that SRQ receives on
+/// the same CQ, their buffers being the SRQ's). The QP's CQs are used by the call
 /// (`RESOURCE_BUSY` while another thread polls them). Once this returns
 /// the device no longer touches the buffers of the abandoned work.
 #[no_mangle]
