@@ -557,8 +557,63 @@ static void srq_test_refusals(void)
     srq_env_close(&e);
 }
 
+/*
+ * A receive error on an SRQ QP: the SEND is longer than the SRQ receive it
+ * takes, so that receive completes in error (routed through the SRQ, its
+ * wr_id and the QP's number), the QP goes to ERROR, and the device raises
+ * RDD_EVENT_QP_LAST_WQE_REACHED for it once. The other QPs keep receiving
+ * from the SRQ.
+ */
+static void srq_test_receive_error(void)
+{
+    struct srq_env e;
+    rdd_async_event ev;
+    rdd_wc wc[4];
+    int found;
+    unsigned last_wqe = 0, other = 0;
+
+    srq_env_open(&e, 16);
+    MUST(rdd_srq_recv(e.srq, 70, (uint64_t)(uintptr_t)e.buf, 8, e.lkey, 0));
+    srq_send(&e, 0, 0, 1); /* 16 bytes into an 8-byte receive */
+    CHECK_EQ(srq_collect(&e, wc, 1, 0), 1);
+    CHECK_EQ(wc[0].wr_id, 70);
+    CHECK_EQ(wc[0].qp_num, e.rqpn[0]);
+    CHECK(wc[0].status != RDD_WC_SUCCESS);
+    { /* the device raises the event when it next looks at the QP */
+        unsigned k;
+        for (k = 0; k < 8; k++) {
+            srq_step(&e);
+        }
+    }
+    for (;;) {
+        found = 0;
+        CHECK_EQ(rdd_device_poll_async_event(e.dev, &ev, &found), RDD_STATUS_OK);
+        if (!found) {
+            break;
+        }
+        if (ev.kind == RDD_EVENT_QP_LAST_WQE_REACHED) {
+            CHECK_EQ(ev.element, e.rqpn[0]);
+            last_wqe++;
+        } else {
+            CHECK(ev.kind != RDD_EVENT_SRQ_LIMIT_REACHED);
+            other++;
+        }
+    }
+    CHECK_EQ(last_wqe, 1);
+    (void)other;
+    /* QP 2 (the other CQ) still takes the SRQ's receives. */
+    MUST(rdd_srq_recv(e.srq, 71, (uint64_t)(uintptr_t)(e.buf + SRQ_SLOT), SRQ_SLOT, e.lkey, 0));
+    srq_send(&e, 2, 1, 1);
+    CHECK_EQ(srq_collect(&e, wc, 1, 0), 1);
+    CHECK_EQ(wc[0].wr_id, 71);
+    CHECK_EQ(wc[0].qp_num, e.rqpn[2]);
+    CHECK_EQ(wc[0].status, RDD_WC_SUCCESS);
+    srq_env_close(&e);
+}
+
 static int run_srq_tests(const char *name)
 {
+    srq_test_receive_error();
     srq_test_many_qps();
     srq_test_limit_event();
     srq_test_refusals();
