@@ -3586,8 +3586,8 @@ rdd_status rdd_qp_create_on_srq(struct rdd_pd *pd,
  * Destroys a queue pair. Work in flight is abandoned (its completions,
  * if any arrive, are discarded; for a QP on an SRQ, receives it took from
  * the SRQ are still reported while another QP of that SRQ receives on
- * the same CQ, their buffers being the SRQ's). The QP's CQs are used by the call
- * (`RESOURCE_BUSY` while another thread polls them). Once this returns
+ * the same CQ, their buffers being the SRQ's). The QP's CQs are used by
+ * the call (`RESOURCE_BUSY` while another thread polls them). Once this returns
  * the device no longer touches the buffers of the abandoned work.
  */
 rdd_status rdd_qp_destroy(struct rdd_qp *qp);

@@ -119,248 +119,244 @@ unsafe fn create_qp_obj(
     init: *const rdd_qp_init,
     out: *mut *mut rdd_qp,
 ) -> rdd_status {
-    {
-        non_null!(out);
-        let init = if init.is_null() {
-            rdd_qp_init::default()
-        } else {
-            // SAFETY: non-NULL and readable (caller contract).
-            unsafe { init.read_unaligned() }
-        };
-        if init.flags & !RDD_QP_INIT_SIG_ALL != 0 {
-            return rdd_status::InvalidArgument;
-        }
-        let p = try_status!(shared::<PdObj>(h(pd)));
-        let mut scq = try_status!(excl::<CqObj>(h(send_cq)));
-        let mut rcq = if h(recv_cq) == h(send_cq) {
-            None
-        } else {
-            Some(try_status!(excl::<CqObj>(h(recv_cq))))
-        };
-        let rcq_ref: &CqObj = rcq.as_deref().unwrap_or(&*scq);
-        if scq.dev != p.dev || rcq_ref.dev != p.dev {
-            return rdd_status::InvalidArgument;
-        }
-        if scq.attached() >= RDD_CQ_MAX_QPS || rcq_ref.attached() >= RDD_CQ_MAX_QPS {
-            return rdd_status::ResourceExhausted;
-        }
-        let srq_g = match srq {
-            None => None,
-            Some(sh) => Some(try_status!(shared::<SrqObj>(sh))),
-        };
-        if srq_g.as_ref().is_some_and(|s| s.pd != h(pd)) {
-            return rdd_status::InvalidArgument;
-        }
-        let mut qi = init.queue_sizes();
-        qi.srq = srq_g.as_ref().map(|s| SrqId::from_srqn(s.srqn));
-        let b = &p.backend;
-        let raw = match b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi) {
-            Ok(r) => r,
-            Err(e) => return e.into(),
-        };
-        let cfg = SqConfig {
-            sig_all: init.flags & RDD_QP_INIT_SIG_ALL != 0,
-            ..SqConfig::default()
-        };
-        let mlx5_dv = match &raw.path {
-            RawQpPath::Mlx5(dv) => Some(QpDesc(*dv)),
-            RawQpPath::Driver(_) => None,
-        };
-        // A QP on an SRQ has no receive queue (`rq_wqe_cnt` 0): its core
-        // `rq` is a one-entry stand-in over private memory with its own
-        // doorbell word and no SGE, which `rdd_qp_post_recv` and
-        // `rdd_qp_recv` refuse before anything reaches it and the device
-        // never reads (as `api::Qp` does).
-        let no_rq = srq_g.as_ref().map(|_| crate::util::AlignedBuf::new(64));
-        let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
-            RawQpPath::Mlx5(dv) => {
-                let (rq_dv, rq_caps) = match &no_rq {
-                    None => (dv, raw.caps),
-                    Some(m) => (
-                        crate::provider::mlx5::Mlx5dvQp {
-                            rq_buf: m.ptr(),
-                            rq_wqe_cnt: 1,
-                            rq_stride: 16,
-                            // SAFETY: +32 is inside the 64-byte buffer.
-                            dbrec: unsafe { m.ptr().add(32) }.cast(),
-                            ..dv
-                        },
-                        crate::wr::QpCaps {
-                            max_recv_sge: 0,
-                            ..raw.caps
-                        },
-                    ),
-                };
-                let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
-                let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize];
-                let built = (|| {
-                    // SAFETY: the descriptor names queue memory kept alive
-                    // by `raw.keep` (held by the QpObj); the side tables
-                    // are owned by the QpObj and their heap buffers never
-                    // move; every SGE is checked by the device against its
-                    // registered regions (lkey, bounds, PD, access) before
-                    // any access, and scatter-to-CQE is off on the pollers.
-                    let sq = unsafe {
-                        SendQueue::from_raw(
-                            &dv,
-                            raw.qpn,
-                            raw.caps,
-                            cfg,
-                            NonNull::new(sq_wrid.as_mut_ptr())
-                                .ok_or(rdd_status::InvalidGeometry)?,
-                            sq_wrid.len(),
-                        )
-                    }?;
-                    // SAFETY: as above (or the stand-in's private memory,
-                    // owned by the QpObj).
-                    let rq = unsafe {
-                        RecvQueue::from_raw(
-                            &rq_dv,
-                            &rq_caps,
-                            NonNull::new(rq_wrid.as_mut_ptr())
-                                .ok_or(rdd_status::InvalidGeometry)?,
-                            rq_wrid.len(),
-                        )
-                    }?;
-                    Ok::<_, rdd_status>((sq, rq))
-                })();
-                let (sq, rq) = match built {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let _ = b.destroy_qp(raw.qpn);
-                        return e;
-                    }
-                };
-                (
-                    QpImpl::Mlx5(QpQueuesOwned { sq, rq }),
-                    u64::from(dv.sq_wqe_cnt),
-                    u64::from(dv.rq_wqe_cnt),
-                    sq_wrid,
-                    rq_wrid,
-                )
-            }
-            RawQpPath::Driver(p) => {
-                // The provider (libibverbs, or the verbs backend's own
-                // rxe/siw rings) keeps the queues; signal-all QPs and QPs
-                // on an SRQ exist only on the mlx5 core.
-                if cfg.sig_all || srq_g.is_some() {
-                    drop(p);
-                    let _ = b.destroy_qp(raw.qpn);
-                    return rdd_status::Unsupported;
-                }
-                let (s, r) = p.capacity();
-                (
-                    QpImpl::Driver(p),
-                    u64::from(s),
-                    u64::from(r),
-                    Vec::new(),
-                    Vec::new(),
-                )
-            }
-        };
-        // The SRQ's share of the receive CQ (released when the attachment
-        // is dropped, with the QP or on a refusal below).
-        let recv_budget = Arc::clone(rcq.as_ref().map_or(&scq.budget, |r| &r.budget));
-        let attach = match (&srq_g, srq) {
-            (Some(s), Some(_)) => match SrqAttach::attach(s, &recv_budget) {
-                Ok(a) => Some(a),
+    non_null!(out);
+    let init = if init.is_null() {
+        rdd_qp_init::default()
+    } else {
+        // SAFETY: non-NULL and readable (caller contract).
+        unsafe { init.read_unaligned() }
+    };
+    if init.flags & !RDD_QP_INIT_SIG_ALL != 0 {
+        return rdd_status::InvalidArgument;
+    }
+    let p = try_status!(shared::<PdObj>(h(pd)));
+    let mut scq = try_status!(excl::<CqObj>(h(send_cq)));
+    let mut rcq = if h(recv_cq) == h(send_cq) {
+        None
+    } else {
+        Some(try_status!(excl::<CqObj>(h(recv_cq))))
+    };
+    let rcq_ref: &CqObj = rcq.as_deref().unwrap_or(&*scq);
+    if scq.dev != p.dev || rcq_ref.dev != p.dev {
+        return rdd_status::InvalidArgument;
+    }
+    if scq.attached() >= RDD_CQ_MAX_QPS || rcq_ref.attached() >= RDD_CQ_MAX_QPS {
+        return rdd_status::ResourceExhausted;
+    }
+    let srq_g = match srq {
+        None => None,
+        Some(sh) => Some(try_status!(shared::<SrqObj>(sh))),
+    };
+    if srq_g.as_ref().is_some_and(|s| s.pd != h(pd)) {
+        return rdd_status::InvalidArgument;
+    }
+    let mut qi = init.queue_sizes();
+    qi.srq = srq_g.as_ref().map(|s| SrqId::from_srqn(s.srqn));
+    let b = &p.backend;
+    let raw = match b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi) {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let cfg = SqConfig {
+        sig_all: init.flags & RDD_QP_INIT_SIG_ALL != 0,
+        ..SqConfig::default()
+    };
+    let mlx5_dv = match &raw.path {
+        RawQpPath::Mlx5(dv) => Some(QpDesc(*dv)),
+        RawQpPath::Driver(_) => None,
+    };
+    // A QP on an SRQ has no receive queue (`rq_wqe_cnt` 0): its core
+    // `rq` is a one-entry stand-in over private memory with its own
+    // doorbell word and no SGE, which `rdd_qp_post_recv` and
+    // `rdd_qp_recv` refuse before anything reaches it and the device
+    // never reads (as `api::Qp` does).
+    let no_rq = srq_g.as_ref().map(|_| crate::util::AlignedBuf::new(64));
+    let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
+        RawQpPath::Mlx5(dv) => {
+            let (rq_dv, rq_caps) = match &no_rq {
+                None => (dv, raw.caps),
+                Some(m) => (
+                    crate::provider::mlx5::Mlx5dvQp {
+                        rq_buf: m.ptr(),
+                        rq_wqe_cnt: 1,
+                        rq_stride: 16,
+                        // SAFETY: +32 is inside the 64-byte buffer.
+                        dbrec: unsafe { m.ptr().add(32) }.cast(),
+                        ..dv
+                    },
+                    crate::wr::QpCaps {
+                        max_recv_sge: 0,
+                        ..raw.caps
+                    },
+                ),
+            };
+            let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
+            let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize];
+            let built = (|| {
+                // SAFETY: the descriptor names queue memory kept alive
+                // by `raw.keep` (held by the QpObj); the side tables
+                // are owned by the QpObj and their heap buffers never
+                // move; every SGE is checked by the device against its
+                // registered regions (lkey, bounds, PD, access) before
+                // any access, and scatter-to-CQE is off on the pollers.
+                let sq = unsafe {
+                    SendQueue::from_raw(
+                        &dv,
+                        raw.qpn,
+                        raw.caps,
+                        cfg,
+                        NonNull::new(sq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
+                        sq_wrid.len(),
+                    )
+                }?;
+                // SAFETY: as above (or the stand-in's private memory,
+                // owned by the QpObj).
+                let rq = unsafe {
+                    RecvQueue::from_raw(
+                        &rq_dv,
+                        &rq_caps,
+                        NonNull::new(rq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
+                        rq_wrid.len(),
+                    )
+                }?;
+                Ok::<_, rdd_status>((sq, rq))
+            })();
+            let (sq, rq) = match built {
+                Ok(v) => v,
                 Err(e) => {
-                    drop(qimpl);
                     let _ = b.destroy_qp(raw.qpn);
                     return e;
                 }
-            },
-            _ => None,
-        };
-        // The CQ sizing guard (as `api::Pd::create_qp`): every WR the
-        // queues can hold may complete at once (a flush), so each CQ must
-        // hold the sum over its QPs.
-        let charges = match &rcq {
-            None if scq.budget.charge(sq_need + rq_need) => {
-                vec![(Arc::clone(&scq.budget), sq_need + rq_need)]
-            }
-            Some(r) if scq.budget.charge(sq_need) => {
-                if r.budget.charge(rq_need) {
-                    vec![
-                        (Arc::clone(&scq.budget), sq_need),
-                        (Arc::clone(&r.budget), rq_need),
-                    ]
-                } else {
-                    scq.budget.release(sq_need);
-                    Vec::new()
-                }
-            }
-            _ => Vec::new(),
-        };
-        if charges.is_empty() {
-            drop(qimpl);
-            let _ = b.destroy_qp(raw.qpn);
-            return rdd_status::CqTooSmall;
-        }
-        match &mut qimpl {
-            QpImpl::Mlx5(q) => {
-                q.sq.set_state(QpState::Reset);
-                q.rq.set_state(QpState::Reset);
-            }
-            QpImpl::Driver(p) => p.state_changed(QpState::Reset),
-        }
-        let mut cq_links = vec![Arc::clone(&scq.link)];
-        if let Some(r) = &rcq {
-            cq_links.push(Arc::clone(&r.link));
-        }
-        let send_budget = Arc::clone(&scq.budget);
-        let srqn = attach.as_ref().map(|a| a.srqn);
-        let obj = Box::new(QpObj {
-            charges,
-            send_budget,
-            recv_budget,
-            backend: Arc::clone(b),
-            qpn: raw.qpn,
-            caps: raw.caps,
-            send_cq: h(send_cq),
-            recv_cq: h(recv_cq),
-            doorbells: 0,
-            q: ExclusiveCell(qimpl),
-            psn: raw.psn & 0xff_ffff,
-            rate_limit_kbps: 0,
-            connection: None,
-            serviced: core::sync::atomic::AtomicBool::new(false),
-            _sq_wrid: sq_wrid,
-            _rq_wrid: rq_wrid,
-            mlx5_dv,
-            srq: attach,
-            _no_rq: no_rq,
-            _keep: raw.keep,
-            _pd_link: Arc::clone(&p.link),
-            _cq_links: cq_links,
-        });
-        let handle = try_status!(insert(obj));
-        // The CQs learn their new QP (for `rdd_cq_poll_n`); both are held,
-        // so no poll sees the QP before it is bound.
-        try_status!(scq.bind(raw.qpn, handle));
-        if let Some(r) = rcq.as_deref_mut() {
-            try_status!(r.bind(raw.qpn, handle));
-        }
-        // The receive CQ learns the SRQ, so its polls route the SRQ's
-        // receive completions.
-        if let (Some(n), Some(sh)) = (srqn, srq) {
-            let rc: &mut CqObj = match rcq.as_deref_mut() {
-                Some(r) => r,
-                None => &mut scq,
             };
-            try_status!(rc.bind_srq(n, sh));
+            (
+                QpImpl::Mlx5(QpQueuesOwned { sq, rq }),
+                u64::from(dv.sq_wqe_cnt),
+                u64::from(dv.rq_wqe_cnt),
+                sq_wrid,
+                rq_wrid,
+            )
         }
-        // SAFETY: non-NULL (checked), writable (caller contract).
-        unsafe { put(out, as_handle(handle)) };
-        rdd_status::Ok
+        RawQpPath::Driver(p) => {
+            // The provider (libibverbs, or the verbs backend's own
+            // rxe/siw rings) keeps the queues; signal-all QPs and QPs
+            // on an SRQ exist only on the mlx5 core.
+            if cfg.sig_all || srq_g.is_some() {
+                drop(p);
+                let _ = b.destroy_qp(raw.qpn);
+                return rdd_status::Unsupported;
+            }
+            let (s, r) = p.capacity();
+            (
+                QpImpl::Driver(p),
+                u64::from(s),
+                u64::from(r),
+                Vec::new(),
+                Vec::new(),
+            )
+        }
+    };
+    // The SRQ's share of the receive CQ (released when the attachment
+    // is dropped, with the QP or on a refusal below).
+    let recv_budget = Arc::clone(rcq.as_ref().map_or(&scq.budget, |r| &r.budget));
+    let attach = match &srq_g {
+        Some(s) => match SrqAttach::attach(s, &recv_budget) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                drop(qimpl);
+                let _ = b.destroy_qp(raw.qpn);
+                return e;
+            }
+        },
+        None => None,
+    };
+    // The CQ sizing guard (as `api::Pd::create_qp`): every WR the
+    // queues can hold may complete at once (a flush), so each CQ must
+    // hold the sum over its QPs.
+    let charges = match &rcq {
+        None if scq.budget.charge(sq_need + rq_need) => {
+            vec![(Arc::clone(&scq.budget), sq_need + rq_need)]
+        }
+        Some(r) if scq.budget.charge(sq_need) => {
+            if r.budget.charge(rq_need) {
+                vec![
+                    (Arc::clone(&scq.budget), sq_need),
+                    (Arc::clone(&r.budget), rq_need),
+                ]
+            } else {
+                scq.budget.release(sq_need);
+                Vec::new()
+            }
+        }
+        _ => Vec::new(),
+    };
+    if charges.is_empty() {
+        drop(qimpl);
+        let _ = b.destroy_qp(raw.qpn);
+        return rdd_status::CqTooSmall;
     }
+    match &mut qimpl {
+        QpImpl::Mlx5(q) => {
+            q.sq.set_state(QpState::Reset);
+            q.rq.set_state(QpState::Reset);
+        }
+        QpImpl::Driver(p) => p.state_changed(QpState::Reset),
+    }
+    let mut cq_links = vec![Arc::clone(&scq.link)];
+    if let Some(r) = &rcq {
+        cq_links.push(Arc::clone(&r.link));
+    }
+    let send_budget = Arc::clone(&scq.budget);
+    let srqn = attach.as_ref().map(|a| a.srqn);
+    let obj = Box::new(QpObj {
+        charges,
+        send_budget,
+        recv_budget,
+        backend: Arc::clone(b),
+        qpn: raw.qpn,
+        caps: raw.caps,
+        send_cq: h(send_cq),
+        recv_cq: h(recv_cq),
+        doorbells: 0,
+        q: ExclusiveCell(qimpl),
+        psn: raw.psn & 0xff_ffff,
+        rate_limit_kbps: 0,
+        connection: None,
+        serviced: core::sync::atomic::AtomicBool::new(false),
+        _sq_wrid: sq_wrid,
+        _rq_wrid: rq_wrid,
+        mlx5_dv,
+        srq: attach,
+        _no_rq: no_rq,
+        _keep: raw.keep,
+        _pd_link: Arc::clone(&p.link),
+        _cq_links: cq_links,
+    });
+    let handle = try_status!(insert(obj));
+    // The CQs learn their new QP (for `rdd_cq_poll_n`); both are held,
+    // so no poll sees the QP before it is bound.
+    try_status!(scq.bind(raw.qpn, handle));
+    if let Some(r) = rcq.as_deref_mut() {
+        try_status!(r.bind(raw.qpn, handle));
+    }
+    // The receive CQ learns the SRQ, so its polls route the SRQ's
+    // receive completions.
+    if let (Some(n), Some(sh)) = (srqn, srq) {
+        let rc: &mut CqObj = match rcq.as_deref_mut() {
+            Some(r) => r,
+            None => &mut scq,
+        };
+        try_status!(rc.bind_srq(n, sh));
+    }
+    // SAFETY: non-NULL (checked), writable (caller contract).
+    unsafe { put(out, as_handle(handle)) };
+    rdd_status::Ok
 }
 
 /// Destroys a queue pair. Work in flight is abandoned (its completions,
 /// if any arrive, are discarded; for a QP on an SRQ, receives it took from
 /// the SRQ are still reported while another QP of that SRQ receives on
-/// the same CQ, their buffers being the SRQ's). The QP's CQs are used by the call
-/// (`RESOURCE_BUSY` while another thread polls them). Once this returns
+/// the same CQ, their buffers being the SRQ's). The QP's CQs are used by
+/// the call (`RESOURCE_BUSY` while another thread polls them). Once this returns
 /// the device no longer touches the buffers of the abandoned work.
 #[no_mangle]
 pub extern "C" fn rdd_qp_destroy(qp: *mut rdd_qp) -> rdd_status {
