@@ -260,6 +260,7 @@ static void srq_test_many_qps(void)
         }
         /* Nothing more: no duplicate, no late entry. */
         CHECK_EQ(srq_collect(&e, wc, 4, 0), 0);
+        CHECK_EQ(rdd_cq_poll_n(e.rcq[0], wc, 0), 0);
     }
     srq_env_close(&e);
 }

@@ -80,6 +80,7 @@ pub unsafe extern "C" fn rdd_cq_create(
             link: Arc::new(()),
             bound: Vec::with_capacity(4),
             srqs: Vec::new(),
+            srq_gate: 0,
             mlx5_dv,
             _keep: raw.keep,
             _dev_link: Arc::clone(&d.link),

@@ -139,6 +139,10 @@ pub(super) struct CqObj {
     /// CQ exclusively): empty unless such a QP exists, and then every poll
     /// routes SRQ receive completions through them (`srq_route.rs`).
     pub(super) srqs: Vec<BoundSrq>,
+    /// 0 while `srqs` is empty, `usize::MAX` otherwise: `rdd_cq_poll_n`
+    /// compares its `n` with this instead of with 0, so one test it makes
+    /// anyway sends both `n` = 0 and a CQ with SRQs out of its fast path.
+    pub(super) srq_gate: usize,
     /// The mlx5 descriptor the CQ was made over (`rdd_cq_mlx5_desc`);
     /// None for a provider-polled CQ.
     pub(super) mlx5_dv: Option<CqDesc>,
@@ -205,6 +209,7 @@ impl CqObj {
         }
         let slot = slot_ref::<SrqObj>(srq)?;
         self.srqs.push(BoundSrq { srqn, slot, qps: 1 });
+        self.srq_gate = usize::MAX;
         Ok(())
     }
 
@@ -215,6 +220,9 @@ impl CqObj {
             self.srqs[i].qps -= 1;
             if self.srqs[i].qps == 0 {
                 self.srqs.swap_remove(i);
+                if self.srqs.is_empty() {
+                    self.srq_gate = 0;
+                }
             }
         }
     }

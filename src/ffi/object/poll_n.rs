@@ -240,17 +240,20 @@ pub unsafe extern "C" fn rdd_cq_poll_n(cq: *mut rdd_cq, out: *mut rdd_wc, n: u32
             Ok(g) => g,
             Err(s) => return neg(s),
         };
-        if n == 0 {
-            return 0;
+        // `n` = 0, or a CQ with SRQs (`srq_gate`): one comparison.
+        if n <= g.srq_gate {
+            if n == 0 {
+                return 0;
+            }
+            // SAFETY: as below.
+            let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
+            return poll_with_srqs(&mut g, out_wc);
         }
         // SAFETY: `out` is non-NULL, aligned and valid for `n` writes
         // (checked / caller contract); `rdd_wc` has the layout of `Wc`
         // (asserted in the mlx5 module) and every bit pattern is valid.
         let out_wc = unsafe { core::slice::from_raw_parts_mut(out.cast::<Wc>(), n) };
         let c: &mut CqObj = &mut g;
-        if !c.srqs.is_empty() {
-            return poll_with_srqs(c, out_wc);
-        }
         let r = match c.cq.get_mut() {
             CqImpl::Mlx5(cq) => {
                 let mut route = LazyRoute::new(&c.bound);
