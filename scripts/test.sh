@@ -80,7 +80,7 @@ else
 fi
 
 stage "examples run, benchmarks build"
-for ex in wqe_tour pingpong write_bw atomic_counter; do
+for ex in wqe_tour pingpong write_bw atomic_counter srq_server; do
   cargo run --release --example "$ex"
 done
 cargo bench --no-run

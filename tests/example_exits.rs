@@ -52,6 +52,12 @@ fn bad_arguments_exit_2_in_every_example() {
         ("write_bw", &["--iters"], "needs a value"),
         ("atomic_counter", &["--bogus"], "unknown argument"),
         ("atomic_counter", &["--threads", "x"], "not a number"),
+        ("srq_server", &["--bogus"], "unknown argument"),
+        (
+            "srq_server",
+            &["--active", "9", "--clients", "8"],
+            "--active",
+        ),
         ("credit_stream", &["--bogus"], ""),
         ("wqe_tour", &["--bogus"], "usage"),
         // Without the verbs backend rping cannot run at all (2); with it,
@@ -77,7 +83,7 @@ fn bad_arguments_exit_2_in_every_example() {
 #[cfg(not(feature = "verbs"))]
 #[test]
 fn device_flag_without_verbs_exits_2() {
-    for name in ["pingpong", "write_bw", "atomic_counter"] {
+    for name in ["pingpong", "write_bw", "atomic_counter", "srq_server"] {
         let (code, err) = run(name, &["--device", "rxe0"]);
         assert_eq!(code, Some(2), "{name}: {err}");
         assert!(err.contains("--features verbs"), "{name}: {err}");
