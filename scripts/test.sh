@@ -83,6 +83,7 @@ stage "examples run, benchmarks build"
 for ex in wqe_tour pingpong write_bw atomic_counter srq_server; do
   cargo run --release --example "$ex"
 done
+cargo run --release --example pingpong -- --ud
 cargo bench --no-run
 
 echo

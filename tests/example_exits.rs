@@ -48,6 +48,8 @@ fn bad_arguments_exit_2_in_every_example() {
             "exclude each other",
         ),
         ("pingpong", &["--port", "1"], "two-process mode"),
+        ("pingpong", &["--ud", "--size", "4097"], "MTU"),
+        ("pingpong", &["--ud", "--chk", "--server"], "RC option"),
         ("write_bw", &["--bogus"], "unknown argument"),
         ("write_bw", &["--iters"], "needs a value"),
         ("atomic_counter", &["--bogus"], "unknown argument"),

@@ -1,5 +1,5 @@
 //! The command line: the in-process options and the two-process
-//! (`ibv_rc_pingpong`) ones.
+//! (`ibv_rc_pingpong` / `ibv_ud_pingpong`) ones.
 
 use std::time::Duration;
 
@@ -10,11 +10,15 @@ pub(crate) struct Args {
     pub(crate) iters: usize,
     pub(crate) warmup: usize,
     pub(crate) dev: DevOpts,
-    /// Two-process mode, `ibv_rc_pingpong` compatible.
+    /// `--ud`: unreliable datagrams instead of RC (`ibv_ud_pingpong` in
+    /// the two-process mode).
+    pub(crate) ud: bool,
+    /// Two-process mode, `ibv_rc_pingpong` (or with `--ud`
+    /// `ibv_ud_pingpong`) compatible.
     pub(crate) rc: Option<RcArgs>,
 }
 
-/// The two-process (`ibv_rc_pingpong`) options.
+/// The two-process (`ibv_rc_pingpong` / `ibv_ud_pingpong`) options.
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) struct RcArgs {
     /// `None`: server; `Some(host)`: client of `host`.
@@ -28,10 +32,13 @@ pub(crate) struct RcArgs {
 
 fn usage() -> String {
     format!(
-        "usage: pingpong [--size BYTES] [--iters N] [--warmup N] {DEV_USAGE}\n       \
+        "usage: pingpong [--ud] [--size BYTES] [--iters N] [--warmup N] {DEV_USAGE}\n       \
          pingpong [--device NAME] [--gid-idx N] (--server | --connect HOST) [--port 18515]\n       \
          \x20        [--size 4096] [--iters 1000] [--rx-depth 500] [--mtu 1024] [--chk]\n       \
-         \x20        [--timeout SECS]   (ibv_rc_pingpong compatible; --features verbs)"
+         \x20        [--timeout SECS]   (ibv_rc_pingpong compatible; --features verbs)\n       \
+         pingpong --ud [--device NAME] [--gid-idx N] (--server | --connect HOST) [--port 18515]\n       \
+         \x20        [--size 2048] [--iters 1000] [--rx-depth 500] [--timeout SECS]\n       \
+         \x20        (ibv_ud_pingpong compatible; --features verbs)"
     )
 }
 
@@ -40,7 +47,8 @@ pub(crate) fn parse_args() -> Result<Args, String> {
     let (mut size, mut iters, mut warmup) = (None, None, 1_000);
     let (mut server, mut connect, mut port, mut rx_depth, mut mtu, mut chk, mut timeout) =
         (false, None, 18515u16, 500u32, 1024u32, false, 60u64);
-    let (mut rc_flag, mut warmup_given) = (None, false);
+    let (mut rc_flag, mut warmup_given, mut ud) = (None, false, false);
+    let mut rc_only = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if dev.take(&flag, &mut it)? {
@@ -58,6 +66,7 @@ pub(crate) fn parse_args() -> Result<Args, String> {
                 warmup = num("--warmup", text("--warmup")?)? as usize;
                 warmup_given = true;
             }
+            "--ud" => ud = true,
             "--server" => server = true,
             "--connect" => connect = Some(text("--connect")?),
             "--port" | "-p" => {
@@ -73,10 +82,12 @@ pub(crate) fn parse_args() -> Result<Args, String> {
             "--mtu" | "-m" => {
                 mtu = u32::try_from(num("--mtu", text("--mtu")?)?).unwrap_or(0);
                 rc_flag = Some("--mtu");
+                rc_only = Some("--mtu");
             }
             "--chk" | "-c" => {
                 chk = true;
                 rc_flag = Some("--chk");
+                rc_only = Some("--chk");
             }
             "--timeout" => {
                 timeout = num("--timeout", text("--timeout")?)?;
@@ -94,6 +105,12 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         return Err(format!(
             "{f} belongs to the two-process mode: add --server or --connect HOST\n{}",
             usage()
+        ));
+    }
+    if let (true, Some(f)) = (ud, rc_only) {
+        return Err(format!(
+            "{f} is an RC option (ibv_rc_pingpong's); a datagram is one packet of the \
+             port's MTU, and ibv_ud_pingpong has no {f}"
         ));
     }
     if two_process && warmup_given {
@@ -114,16 +131,17 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         chk,
         timeout: Duration::from_secs(timeout.max(1)),
     });
-    let (dsize, diters) = if rc.is_some() {
-        (4096, 1000)
-    } else {
-        (64, 10_000)
+    let (dsize, diters) = match (rc.is_some(), ud) {
+        (true, false) => (4096, 1000),
+        (true, true) => (2048, 1000),
+        (false, _) => (64, 10_000),
     };
     let a = Args {
         size: size.unwrap_or(dsize),
         iters: iters.unwrap_or(diters),
         warmup,
         dev,
+        ud,
         rc,
     };
     if a.size == 0 || a.size > 1 << 24 {

@@ -48,6 +48,27 @@
 //! is bounded (`--timeout SECS`, default 60, and no completion for 20 s is
 //! an error).
 //!
+//! **`--ud`: unreliable datagrams.** The same, over UD QPs (Q_Key
+//! 0x11111111): no connection; each side sends to the other's QP number
+//! through an address handle (to its own port in-process; in the
+//! two-process mode built from the remote's LID and GID, with a GRH when
+//! the GID has a non-zero interface ID, as `ibv_ud_pingpong` does). Every
+//! receive buffer starts with the 40-byte GRH area, the completion's
+//! length counts it, and the payload follows; each receive is checked for
+//! the sender's QP number and the GRH flag too. A datagram is one packet:
+//! a `--size` above the port's MTU is refused before anything runs (exit
+//! status 2), as are RC-only flags (`--mtu`, `--chk`). The two-process
+//! mode with `--ud` is wire-compatible with `ibv_ud_pingpong` (default
+//! size 2048, its default); either side can be that tool:
+//!
+//! ```text
+//! pingpong --ud --device rxe0 --gid-idx 1 --server [--port 18515] [--size 2048]
+//!          [--iters 1000] [--rx-depth 500]
+//! pingpong --ud --device rxe0 --gid-idx 1 --connect HOST [same options]
+//! ```
+//!
+//! iWARP has no UD: `--ud` on siw is refused with status 2.
+//!
 //! The pollers busy-spin with [`spin_loop`](std::hint::spin_loop) and fall back to
 //! [`std::thread::yield_now`] after a short while without progress: the
 //! client, the server and the device thread are three spinning threads,
@@ -59,7 +80,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use rdma_direct::api::{Access, ConnectAttr, Device, QpInit};
+use rdma_direct::api::{Access, AddressVector, AhInit, ConnectAttr, Device, Pd, QpInit, Transport};
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 
 #[path = "../common/mod.rs"]
@@ -69,7 +90,9 @@ use common::{err, ExampleBackend};
 mod args;
 mod side;
 use args::{parse_args, Args};
-use side::{pattern_byte, run_client, run_server, spin_budget, Side, ABORTED, RECV_DEPTH};
+use side::{
+    pattern_byte, run_client, run_server, spin_budget, Side, UdPeer, ABORTED, RECV_DEPTH, UD_QKEY,
+};
 
 fn main() -> ExitCode {
     let args = match parse_args() {
@@ -95,7 +118,6 @@ fn main() -> ExitCode {
 /// Why `dispatch` failed.
 enum Failed {
     /// Nothing ran: the device cannot do what was asked.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     NotRun(String),
     /// The run failed.
     Run(String),
@@ -111,25 +133,36 @@ impl From<String> for Failed {
 fn dispatch(args: &Args) -> Result<(), Failed> {
     #[cfg(feature = "verbs")]
     {
+        use rdma_direct::api::Backend;
         if let Some(rc) = &args.rc {
             let dev = common::open_device(args.dev.device.as_deref(), args.dev.gid_idx)?;
-            if let Some(why) = rc_mode::cannot_run(&dev) {
+            if let Some(why) = rc_mode::cannot_run(&dev, args.ud) {
                 return Err(Failed::NotRun(why));
             }
             return Ok(rc_mode::run(&dev, args, rc)?);
         }
         if let Some(dev) = common::open_verbs(&args.dev)? {
-            return Ok(run(dev, args)?);
+            if args.ud && dev.backend().port().transport == Transport::Iwarp {
+                return Err(Failed::NotRun(format!(
+                    "{} is an iWARP device: iWARP has no unreliable datagrams",
+                    dev.backend().name()
+                )));
+            }
+            return run(dev, args);
         }
     }
-    Ok(run(
-        Device::new(SoftDevice::new(SoftConfig::default())),
-        args,
-    )?)
+    run(Device::new(SoftDevice::new(SoftConfig::default())), args)
 }
 
-fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
+fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), Failed> {
     let e = |what: &'static str| err::<B>(what);
+    let mtu = dev.backend().port().mtu as usize;
+    if args.ud && args.size > mtu {
+        return Err(Failed::NotRun(format!(
+            "--size {} is larger than the port's MTU ({mtu} bytes): a datagram is one packet",
+            args.size
+        )));
+    }
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
     let init = QpInit {
         max_send_wr: 16,
@@ -140,11 +173,20 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         srq: None,
     };
     let mut sides = Vec::new();
+    let head = if args.ud { side::GRH_BYTES } else { 0 };
     for id in 0..2u8 {
         let cq = dev.create_cq(64).map_err(e("create_cq"))?;
-        let qp = pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?;
+        let qp = if args.ud {
+            let mut qp = pd
+                .create_ud_qp(&cq, &cq, &init)
+                .map_err(e("create_ud_qp"))?;
+            qp.ready_ud(UD_QKEY).map_err(e("ready_ud"))?;
+            qp
+        } else {
+            pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?
+        };
         let recv = pd
-            .register(RECV_DEPTH * args.size, Access::LOCAL_WRITE)
+            .register(RECV_DEPTH * (head + args.size), Access::LOCAL_WRITE)
             .map_err(e("register"))?;
         let mut send = pd
             .register(args.size, Access::NONE)
@@ -164,18 +206,33 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
             sends_posted: 0,
             sends_done: 0,
             spin: spin_budget(),
+            ud: None,
         });
     }
     let mut server = sides.pop().expect("two sides");
     let mut client = sides.pop().expect("two sides");
-    let _link = B::connect_pair(
-        &dev,
-        &mut client.qp,
-        &mut server.qp,
-        &ConnectAttr::default(),
-        &ConnectAttr::default(),
-        &args.dev,
-    )?;
+    let _link = if args.ud {
+        // No connection: each side addresses the other's QP number
+        // through an address handle to this device's own port.
+        client.ud = Some(UdPeer {
+            ah: self_ah(&dev, &pd)?,
+            qpn: server.qp.qpn(),
+        });
+        server.ud = Some(UdPeer {
+            ah: self_ah(&dev, &pd)?,
+            qpn: client.qp.qpn(),
+        });
+        None
+    } else {
+        Some(B::connect_pair(
+            &dev,
+            &mut client.qp,
+            &mut server.qp,
+            &ConnectAttr::default(),
+            &ConnectAttr::default(),
+            &args.dev,
+        )?)
+    };
     for slot in 0..RECV_DEPTH {
         client.post_recv_slot(slot)?;
         server.post_recv_slot(slot)?;
@@ -223,10 +280,10 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     // Report the root cause, not the other side's reaction to it.
     let mut rtt = match (client_result?, server_result?) {
         (Ok(rtt), Ok(())) => rtt,
-        (Err(e), Ok(())) => return Err(format!("client: {e}")),
-        (Ok(_), Err(e)) => return Err(format!("server: {e}")),
-        (Err(c), Err(s)) if c == ABORTED => return Err(format!("server: {s}")),
-        (Err(c), Err(_)) => return Err(format!("client: {c}")),
+        (Err(e), Ok(())) => return Err(format!("client: {e}").into()),
+        (Ok(_), Err(e)) => return Err(format!("server: {e}").into()),
+        (Err(c), Err(s)) if c == ABORTED => return Err(format!("server: {s}").into()),
+        (Err(c), Err(_)) => return Err(format!("client: {c}").into()),
     };
 
     rtt.sort_unstable();
@@ -240,7 +297,8 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
 
     let line = "-".repeat(86);
     println!("{line}");
-    println!("                    RC SEND/RECV ping-pong latency (one-way = RTT/2)");
+    let kind = if args.ud { "UD" } else { "RC" };
+    println!("                    {kind} SEND/RECV ping-pong latency (one-way = RTT/2)");
     common::print_context(
         &dev,
         "one-way latency: half the round trip of a SEND answered by a SEND, \
@@ -248,7 +306,15 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
         &["client", "server"],
         15,
     );
-    println!(" Transport      : RC, 1 QP per side, each owned by its own thread");
+    if args.ud {
+        println!(
+            " Transport      : UD, 1 QP per side, each owned by its own thread, an address \
+             handle each, Q_Key {UD_QKEY:#x}; {} B GRH area per receive",
+            side::GRH_BYTES
+        );
+    } else {
+        println!(" Transport      : RC, 1 QP per side, each owned by its own thread");
+    }
     println!(
         " Inline         : {} (up to {inline_max} bytes)",
         if inline { "yes" } else { "no" }
@@ -278,6 +344,30 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The two-process mode, compatible with rdma-core's `ibv_rc_pingpong`.
+/// An address handle to this device's own port (both in-process UD QPs
+/// live there): by LID, and on RoCE by the port's GID (RoCE always routes
+/// globally; hop limit 1, as `ibv_ud_pingpong`).
+fn self_ah<B: ExampleBackend>(
+    dev: &Device<B>,
+    pd: &Pd<B>,
+) -> Result<rdma_direct::api::Ah<B>, String> {
+    let port = dev.backend().port();
+    let global = port.transport == Transport::Roce;
+    pd.create_ah(&AhInit {
+        port_num: 0,
+        dest: AddressVector {
+            dlid: port.lid,
+            is_global: global,
+            dgid: port.gid,
+            sgid_index: port.gid_index,
+            hop_limit: 1,
+            ..AddressVector::default()
+        },
+    })
+    .map_err(err::<B>("create_ah"))
+}
+
+/// The two-process mode, compatible with rdma-core's `ibv_rc_pingpong`
+/// (and with `--ud`, `ibv_ud_pingpong`).
 #[cfg(feature = "verbs")]
 mod rc_mode;

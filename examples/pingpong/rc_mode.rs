@@ -3,7 +3,8 @@ use std::net::{Ipv6Addr, TcpListener};
 use std::time::{Duration, Instant};
 
 use rdma_direct::api::{
-    Access, Backend, ConnectAttr, Device, QpInfo, QpInit, Transport, Wc, WcStatus,
+    Access, AddressVector, Ah, AhInit, Backend, ConnectAttr, Device, PortInfo, Qp, QpInfo, QpInit,
+    Transport, Wc, WcStatus,
 };
 use rdma_direct::verbs::oob::{OobConn, REFUSED_RETRY};
 use rdma_direct::verbs::{self, VerbsDevice};
@@ -11,6 +12,7 @@ use rdma_direct::{RecvWr, SendFlags, SendOp, SendWr};
 
 use super::args::{Args, RcArgs};
 use super::common::{err, status_name, ExampleBackend};
+use super::side::{GRH_BYTES, UD_QKEY};
 
 type Dev = VerbsDevice;
 
@@ -52,28 +54,59 @@ fn host_port(host: &str, port: u16) -> String {
 }
 
 /// Why this mode cannot run on `dev`, if it cannot.
-pub fn cannot_run(dev: &Device<Dev>) -> Option<String> {
+pub fn cannot_run(dev: &Device<Dev>, ud: bool) -> Option<String> {
+    let name = dev.backend().name();
     (dev.backend().port().transport == Transport::Iwarp).then(|| {
-        format!(
-            "{} is an iWARP device: its QPs connect only through rdma_cm, never with \
-             ibv_rc_pingpong's out-of-band exchange (use the in-process mode, or rping)",
-            dev.backend().name()
-        )
+        if ud {
+            format!("{name} is an iWARP device: iWARP has no unreliable datagrams")
+        } else {
+            format!(
+                "{name} is an iWARP device: its QPs connect only through rdma_cm, never with \
+                 ibv_rc_pingpong's out-of-band exchange (use the in-process mode, or rping)"
+            )
+        }
     })
+}
+
+/// `ibv_ud_pingpong`'s address handle to `remote`: by LID, and through a
+/// GRH (hop limit 1, from our GID index) when the remote sent a GID with a
+/// non-zero interface ID.
+fn ud_ah_init(remote: &QpInfo, port: &PortInfo) -> AhInit {
+    AhInit {
+        port_num: 0,
+        dest: AddressVector {
+            dlid: remote.lid,
+            is_global: remote.gid[8..] != [0; 8],
+            dgid: remote.gid,
+            sgid_index: port.gid_index,
+            hop_limit: 1,
+            ..AddressVector::default()
+        },
+    }
 }
 
 pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     let e = |what: &'static str| err::<Dev>(what);
     let port = dev.backend().port();
-    if let Some(why) = cannot_run(dev) {
+    let ud = args.ud;
+    if let Some(why) = cannot_run(dev, ud) {
         return Err(why);
     }
     let size = args.size;
+    if ud && size > port.mtu as usize {
+        return Err(format!(
+            "Requested size larger than port MTU ({})",
+            port.mtu
+        ));
+    }
+    // UD receives start with the GRH area; sends come from after it.
+    let head = if ud { GRH_BYTES } else { 0 };
     let rx_depth = rc.rx_depth;
     let pd = dev.alloc_pd().map_err(e("alloc_pd"))?;
-    // One buffer for sends and receives, as ibv_rc_pingpong.
+    // One buffer for sends and receives, as ibv_rc_pingpong and
+    // ibv_ud_pingpong.
     let mut buf = pd
-        .register(size, Access::LOCAL_WRITE)
+        .register(head + size, Access::LOCAL_WRITE)
         .map_err(e("register"))?;
     buf.as_mut_slice().fill(0x7b);
     let init = QpInit {
@@ -88,7 +121,12 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     // rounds the queues up (the CQ guard counts what they can hold).
     let depth = dev.cq_depth_for(&[&init]).max(rx_depth + 1);
     let mut cq = dev.create_cq(depth).map_err(e("create_cq"))?;
-    let mut qp = pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?;
+    let mut qp = if ud {
+        pd.create_ud_qp(&cq, &cq, &init)
+            .map_err(e("create_ud_qp"))?
+    } else {
+        pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?
+    };
     let inline = qp.caps().max_inline_data as usize >= size;
     let attr = ConnectAttr {
         max_mtu: rc.mtu,
@@ -96,11 +134,16 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
         ..ConnectAttr::default()
     };
     let local = qp.info();
-    // INIT (no remote access: SEND only), then the receives, before
-    // the exchange: the peer may send as soon as it has our address.
-    let [to_init, _, _] = qp.connect_steps(&local, &attr);
-    qp.modify(&to_init).map_err(e("modify to INIT"))?;
-    let recv_sge = [buf.sge(0, size as u32)];
+    // INIT (no remote access: SEND only; UD: ready at once with the
+    // Q_Key, it has no peer), then the receives, before the exchange: the
+    // peer may send as soon as it has our address.
+    if ud {
+        qp.ready_ud(UD_QKEY).map_err(e("ready_ud"))?;
+    } else {
+        let [to_init, _, _] = qp.connect_steps(&local, &attr);
+        qp.modify(&to_init).map_err(e("modify to INIT"))?;
+    }
+    let recv_sge = [buf.sge(0, (head + size) as u32)];
     let recvs: Vec<RecvWr> = (0..rx_depth)
         .map(|_| RecvWr {
             wr_id: RECV_WRID,
@@ -113,8 +156,14 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     println!("{}", address_line("local address: ", &local));
 
     // RTR and RTS towards `remote`. Its message carries no MTU: both
-    // sides use --mtu (capped by the port's active MTU).
+    // sides use --mtu (capped by the port's active MTU). UD: the address
+    // handle to it.
+    let mut ah: Option<Ah<Dev>> = None;
     let mut to_rts = |remote: &QpInfo| -> rdma_direct::Result<()> {
+        if ud {
+            ah = Some(pd.create_ah(&ud_ah_init(remote, &port))?);
+            return Ok(());
+        }
         let remote = QpInfo {
             mtu: rc.mtu,
             ..*remote
@@ -178,16 +227,22 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
         }
     }
     let iters = args.iters as u64;
-    let send_sge = [buf.sge(0, size as u32)];
-    let data: [&[u8]; 1] = [&buf.as_slice()[..size]];
+    if ud && ah.is_none() {
+        return Err("no address handle to the remote QP".into());
+    }
+    let send_sge = [buf.sge(head, size as u32)];
+    let data: [&[u8]; 1] = [&buf.as_slice()[head..head + size]];
     let send = if inline {
         SendWr::inline(SEND_WRID, SendOp::Send, &data, SendFlags::SIGNALED)
     } else {
         SendWr::new(SEND_WRID, SendOp::Send, &send_sge, SendFlags::SIGNALED)
     };
-    let post_send = |qp: &mut rdma_direct::api::Qp<Dev>| {
-        qp.post_send_one(&send)
-            .map_err(|x| format!("Couldn't post send: {x}{}", Dev::detail()))
+    let post_send = |qp: &mut Qp<Dev>| {
+        match &ah {
+            Some(a) => qp.post_send_ud(&send, a, remote.qpn, UD_QKEY),
+            None => qp.post_send_one(&send),
+        }
+        .map_err(|x| format!("Couldn't post send: {x}{}", Dev::detail()))
     };
 
     let mut pending = RECV_WRID;

@@ -1,13 +1,14 @@
 //! One side of the in-process ping-pong: the payload pattern, the
-//! adaptive idle, a QP with its receive ring, and the client and server
-//! loops.
+//! adaptive idle, a QP (RC, or UD with an address handle to the other
+//! side) with its receive ring, and the client and server loops.
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_direct::api::{Cq, Mr, Qp, Wc, WcOpcode, WcStatus};
+use rdma_direct::api::{Ah, Cq, Mr, Qp, Wc, WcOpcode, WcStatus};
+use rdma_direct::completion::wc_flags;
 use rdma_direct::{RecvWr, SendFlags, SendOp, SendWr};
 
 use crate::common::ExampleBackend;
@@ -102,6 +103,20 @@ impl Idle {
     }
 }
 
+/// Bytes at the head of every UD receive buffer where the device puts the
+/// global routing header (`struct ibv_grh`), whether the datagram has one
+/// or not; the payload follows.
+pub(crate) const GRH_BYTES: usize = 40;
+
+/// The Q_Key of the UD QPs (`ibv_ud_pingpong`'s).
+pub(crate) const UD_QKEY: u32 = 0x1111_1111;
+
+/// Where a UD side sends: the other side's QP through an address handle.
+pub(crate) struct UdPeer<B: ExampleBackend> {
+    pub(crate) ah: Ah<B>,
+    pub(crate) qpn: u32,
+}
+
 /// One side of the ping-pong: a QP, its CQ, a receive ring and a send
 /// buffer.
 pub(crate) struct Side<B: ExampleBackend> {
@@ -116,11 +131,28 @@ pub(crate) struct Side<B: ExampleBackend> {
     pub(crate) sends_done: u64,
     /// Idle budget (see [`spin_budget`]).
     pub(crate) spin: u32,
+    /// UD: the other side (`None`: RC).
+    pub(crate) ud: Option<UdPeer<B>>,
 }
 
 impl<B: ExampleBackend> Side<B> {
+    /// Bytes before the payload in a receive buffer: the GRH area on UD.
+    fn head(&self) -> usize {
+        if self.ud.is_some() {
+            GRH_BYTES
+        } else {
+            0
+        }
+    }
+
+    /// Bytes of one receive buffer of the ring.
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.head() + self.size
+    }
+
     pub(crate) fn post_recv_slot(&mut self, slot: usize) -> Result<(), String> {
-        let sge = [self.recv.sge(slot * self.size, self.size as u32)];
+        let n = self.slot_bytes();
+        let sge = [self.recv.sge(slot * n, n as u32)];
         self.qp
             .post_recv(&[RecvWr {
                 wr_id: slot as u64,
@@ -140,9 +172,11 @@ impl<B: ExampleBackend> Side<B> {
         } else {
             SendWr::new(iter, SendOp::Send, &sge, SendFlags::SIGNALED)
         };
-        self.qp
-            .post_send_one(&wr)
-            .map_err(|e| format!("post_send: {e}"))?;
+        match &self.ud {
+            None => self.qp.post_send_one(&wr),
+            Some(p) => self.qp.post_send_ud(&wr, &p.ah, p.qpn, UD_QKEY),
+        }
+        .map_err(|e| format!("post_send: {e}"))?;
         self.sends_posted += 1;
         Ok(())
     }
@@ -169,11 +203,25 @@ impl<B: ExampleBackend> Side<B> {
                     if got.is_some() {
                         return Err("two receives completed for one message".into());
                     }
-                    if w.byte_len as usize != self.size {
+                    // UD receives count the GRH area too.
+                    if w.byte_len as usize != self.slot_bytes() {
                         return Err(format!(
                             "received {} bytes, expected {}",
-                            w.byte_len, self.size
+                            w.byte_len,
+                            self.slot_bytes()
                         ));
+                    }
+                    if let Some(p) = &self.ud {
+                        let grh = w.wc_flags & wc_flags::GRH != 0;
+                        if w.src_qp != p.qpn || grh != p.ah.is_global() {
+                            return Err(format!(
+                                "datagram from QP {:#x} (GRH {grh}), expected QP {:#x} \
+                                 (GRH {})",
+                                w.src_qp,
+                                p.qpn,
+                                p.ah.is_global()
+                            ));
+                        }
                     }
                     got = Some(w.wr_id as usize);
                 } else if w.opcode == WcOpcode::SEND {
@@ -202,7 +250,7 @@ impl<B: ExampleBackend> Side<B> {
     /// Checks the received message in `slot` and gives the slot back to
     /// the receive queue.
     fn consume(&mut self, slot: usize, from: u8, iter: u64) -> Result<(), String> {
-        let at = slot * self.size;
+        let at = slot * self.slot_bytes() + self.head();
         check_payload(&self.recv.as_slice()[at..at + self.size], from, iter)?;
         self.post_recv_slot(slot)
     }
