@@ -45,6 +45,42 @@ pub(super) unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)])
 }
 
 impl Engine {
+    /// Resolves a send WQE's local data into `local` (pointer, length)
+    /// pieces: the inline bytes in the WQE copy `wbuf`, or each data
+    /// segment of `segs` checked against the MR table for PD `pd` with the
+    /// rights `need`. Returns the piece count and the total length, or a
+    /// local protection error for the first segment that fails.
+    pub(super) fn local_list(
+        &self,
+        pd: u32,
+        spec: Local,
+        wbuf: &[u8],
+        segs: &[Seg],
+        local: &mut [(*mut u8, usize)],
+        need: Access,
+    ) -> Result<(usize, u64), Outcome> {
+        match spec {
+            Local::Inline { off, len } => {
+                local[0] = (wbuf[off..].as_ptr() as *mut u8, len);
+                Ok((1, len as u64))
+            }
+            Local::Segs(n) => {
+                let mut total = 0u64;
+                for (s, slot) in segs[..n].iter().zip(local.iter_mut()) {
+                    let Some(ptr) = self
+                        .mrs
+                        .check(s.lkey, pd, s.addr, s.len as u64, need, false)
+                    else {
+                        return Err(Outcome::Fail(syndrome::LOCAL_PROT));
+                    };
+                    *slot = (ptr, s.len as usize);
+                    total += s.len as u64;
+                }
+                Ok((n, total))
+            }
+        }
+    }
+
     /// Injected faults that apply to this operation.
     fn fault_for(&mut self, qpn: u32, dest: u32) -> Option<Outcome> {
         for f in &self.faults {
@@ -124,37 +160,19 @@ impl Engine {
         }
 
         // Local side: gather (SEND/WRITE) or scatter (READ/atomics) list.
-        let mut nlocal = 0;
-        let mut total: u64 = 0;
         let writes_local = matches!(
             p.opcode,
             opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
         );
-        match p.local {
-            Local::Inline { off, len } => {
-                local[0] = (wbuf[off..].as_ptr() as *mut u8, len);
-                nlocal = 1;
-                total = len as u64;
-            }
-            Local::Segs(n) => {
-                let need = if writes_local {
-                    Access::LOCAL_WRITE
-                } else {
-                    Access::NONE
-                };
-                for s in &segs[..n] {
-                    let Some(ptr) = self
-                        .mrs
-                        .check(s.lkey, pd, s.addr, s.len as u64, need, false)
-                    else {
-                        return Outcome::Fail(syndrome::LOCAL_PROT);
-                    };
-                    local[nlocal] = (ptr, s.len as usize);
-                    nlocal += 1;
-                    total += s.len as u64;
-                }
-            }
-        }
+        let need = if writes_local {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        let (nlocal, total) = match self.local_list(pd, p.local, wbuf, segs, local, need) {
+            Ok(v) => v,
+            Err(o) => return o,
+        };
         if total > 1 << 31 {
             return Outcome::Fail(syndrome::LOCAL_LENGTH);
         }

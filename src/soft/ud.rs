@@ -13,7 +13,6 @@ use super::mr::Access;
 use super::srq::set_srqn;
 use super::state::{Engine, Outcome, Scratch};
 use super::ud_wqe::{ParsedUd, UdGrh};
-use super::wqe::Local;
 use super::{QpInit, UdDrops};
 use crate::completion::QpState;
 use crate::error::{Error, Result};
@@ -123,28 +122,10 @@ impl Engine {
         }
         let q = self.qps[qi].as_ref().expect("checked");
         let (pd, qpn, own_qkey) = (q.pd, q.qpn, q.qkey);
-        let mut nlocal = 0;
-        let mut total: u64 = 0;
-        match p.local {
-            Local::Inline { off, len } => {
-                local[0] = (wbuf[off..].as_ptr() as *mut u8, len);
-                nlocal = 1;
-                total = len as u64;
-            }
-            Local::Segs(n) => {
-                for s in &segs[..n] {
-                    let Some(ptr) =
-                        self.mrs
-                            .check(s.lkey, pd, s.addr, s.len as u64, Access::NONE, false)
-                    else {
-                        return Outcome::Fail(syndrome::LOCAL_PROT);
-                    };
-                    local[nlocal] = (ptr, s.len as usize);
-                    nlocal += 1;
-                    total += s.len as u64;
-                }
-            }
-        }
+        let (nlocal, total) = match self.local_list(pd, p.local, wbuf, segs, local, Access::NONE) {
+            Ok(v) => v,
+            Err(o) => return o,
+        };
         if total > u64::from(self.cfg.effective_mtu()) {
             return Outcome::Fail(syndrome::LOCAL_LENGTH);
         }
