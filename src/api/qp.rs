@@ -9,6 +9,7 @@ use std::vec;
 use core::ptr::NonNull;
 
 use crate::error::{Error, PostError, Result};
+use crate::provider::mlx5::rq::AbsentRq;
 use crate::provider::mlx5::{CqRoute, Mlx5dvQp, QpQueues, RecvQueue, SendQueue, SqConfig, WrSlot};
 use crate::sync::Ordering;
 use crate::wr::{QpCaps, RecvWr, SendWr};
@@ -64,7 +65,7 @@ pub(super) struct Mlx5Queues {
     /// For a QP on an SRQ, which has no receive queue: the memory of the
     /// one-entry stand-in `rq` (never posted to, never seen by the device),
     /// so the CQ routes keep their shape.
-    _no_rq: Option<crate::util::AlignedBuf>,
+    _no_rq: Option<Box<AbsentRq>>,
 }
 
 // SAFETY: the raw queue descriptor (`dv`) only names memory kept alive by
@@ -79,43 +80,24 @@ impl Mlx5Queues {
     }
 
     /// Builds the queues of a QP on an SRQ: the descriptor has no receive
-    /// queue (`rq_wqe_cnt` 0), so the core's `rq` is a one-entry stand-in
-    /// over private memory, with its own doorbell word. [`Qp::post_recv`]
-    /// refuses before reaching it, and the device never reads it.
+    /// queue (`rq_wqe_cnt` 0), so the core's `rq` is the stand-in
+    /// [`AbsentRq`] over private memory. [`Qp::post_recv`] refuses before
+    /// reaching it, and the device never reads it.
     pub(super) fn new_on_srq(dv: Mlx5dvQp, qpn: u32, caps: QpCaps, ud: bool) -> Result<Mlx5Queues> {
-        let mem = crate::util::AlignedBuf::new(64);
-        Self::build(dv, qpn, caps, Some(mem), ud)
+        Self::build(dv, qpn, caps, Some(Box::new(AbsentRq::new())), ud)
     }
 
     fn build(
         dv: Mlx5dvQp,
         qpn: u32,
         caps: QpCaps,
-        no_rq: Option<crate::util::AlignedBuf>,
+        mut no_rq: Option<Box<AbsentRq>>,
         ud: bool,
     ) -> Result<Mlx5Queues> {
-        // The stand-in RQ's geometry: one 16-byte entry at +0, its doorbell
-        // word at +32 of the private buffer.
-        let rq_dv = match &no_rq {
-            None => dv,
-            Some(m) => Mlx5dvQp {
-                rq_buf: m.ptr(),
-                rq_wqe_cnt: 1,
-                rq_stride: 16,
-                // SAFETY: +32 is inside the 64-byte buffer.
-                dbrec: unsafe { m.ptr().add(32) }.cast(),
-                ..dv
-            },
-        };
-        let rq_caps = match &no_rq {
-            None => caps,
-            Some(_) => QpCaps {
-                max_recv_sge: 0,
-                ..caps
-            },
-        };
         let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize].into_boxed_slice();
-        let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize].into_boxed_slice();
+        // The stand-in has its own side-table slot.
+        let rq_slots = if no_rq.is_some() { 0 } else { dv.rq_wqe_cnt };
+        let mut rq_wrid = vec![0u64; rq_slots as usize].into_boxed_slice();
         let sq_slots = NonNull::new(sq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?;
         // SAFETY: the descriptor names queue memory kept alive by the
         // backend's `keep` (held by the Qp next to these queues); the side
@@ -129,16 +111,20 @@ impl Mlx5Queues {
                 SendQueue::from_raw(&dv, qpn, caps, SqConfig::default(), sq_slots, sq_wrid.len())
             }
         }?;
-        // SAFETY: as above (or the stand-in's private memory, owned by the
-        // returned queues).
-        let mut rq = unsafe {
-            RecvQueue::from_raw(
-                &rq_dv,
-                &rq_caps,
-                NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
-                rq_wrid.len(),
-            )
-        }?;
+        let mut rq = match no_rq.as_deref_mut() {
+            // SAFETY: as above.
+            None => unsafe {
+                RecvQueue::from_raw(
+                    &dv,
+                    &caps,
+                    NonNull::new(rq_wrid.as_mut_ptr()).ok_or(Error::InvalidGeometry)?,
+                    rq_wrid.len(),
+                )
+            }?,
+            // SAFETY: the stand-in's memory is boxed (it never moves) and
+            // owned by the returned queues next to the queue made over it.
+            Some(m) => unsafe { m.queue() }?,
+        };
         sq.set_state(QpState::Reset);
         rq.set_state(QpState::Reset);
         Ok(Mlx5Queues {

@@ -17,9 +17,9 @@ use crate::ffi::handle::{self, HandleStorage, Slot};
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{rdd_recv_wr, RDD_SEND_DEFER_DOORBELL};
 use crate::provider::mlx5::cq::{CqRoute, QpQueues};
-use crate::provider::mlx5::layout::Mlx5dvQp;
+use crate::provider::mlx5::rq::AbsentRq;
 use crate::provider::mlx5::{RecvQueue, Srq, SrqGeometry, SrqSlot, Wc};
-use crate::wr::{QpCaps, RecvWr, Sge};
+use crate::wr::{RecvWr, Sge};
 
 /// Size in bytes of `rdd_mlx5_srq_storage`.
 pub const RDD_MLX5_SRQ_STORAGE_SIZE: usize = 128;
@@ -306,43 +306,15 @@ pub unsafe extern "C" fn rdd_mlx5_cq_poll_srq(
                 try_status!(handle::get(srq)),
             )
         };
-        // A QP without a receive queue: an empty one-entry queue over local
+        // A QP without a receive queue: the empty stand-in over local
         // memory, which refuses every completion routed to it.
-        let mut none_ring = Aligned([0u8; 16]);
-        let mut none_dbrec = [0u32; 2];
-        let mut none_wrid = [0u64; 1];
+        let mut absent = AbsentRq::new();
         let mut none_rq;
         let rq: &mut RecvQueue = if rq.is_null() {
-            let dv = Mlx5dvQp {
-                dbrec: none_dbrec.as_mut_ptr(),
-                sq_buf: core::ptr::null_mut(),
-                sq_wqe_cnt: 0,
-                sq_stride: 0,
-                rq_buf: none_ring.0.as_mut_ptr(),
-                rq_wqe_cnt: 1,
-                rq_stride: 16,
-                bf_reg: core::ptr::null_mut(),
-                bf_size: 0,
-                comp_mask: 0,
-                uar_mmap_offset: 0,
-                tirn: 0,
-                tisn: 0,
-                rqn: 0,
-                sqn: 0,
-                tir_icm_addr: 0,
-            };
-            let caps = QpCaps {
-                max_send_sge: 0,
-                max_inline_data: 0,
-                max_recv_sge: 1,
-            };
-            // SAFETY: the ring, record and table are locals that outlive
-            // the queue, which only this call uses; nothing is posted to
-            // it, so the device never sees it.
-            none_rq = try_status!(unsafe {
-                RecvQueue::from_raw(&dv, &caps, NonNull::from(&mut none_wrid[0]), 1)
-            }
-            .map_err(rdd_status::from));
+            // SAFETY: `absent` is a local that outlives the queue, which
+            // only this call uses; nothing is posted to it, so the device
+            // never sees it.
+            none_rq = try_status!(unsafe { absent.queue() }.map_err(rdd_status::from));
             &mut none_rq
         } else {
             // SAFETY: caller contract; a distinct storage kind.
@@ -367,7 +339,3 @@ pub unsafe extern "C" fn rdd_mlx5_cq_poll_srq(
         }
     })
 }
-
-/// 16-byte alignment for the stand-in receive ring.
-#[repr(C, align(16))]
-struct Aligned([u8; 16]);

@@ -410,7 +410,7 @@ pub(super) struct QpObj {
     /// posted to (`_no_rq`, below) and never seen by the device.
     pub(super) srq: Option<SrqAttach>,
     /// The stand-in receive queue's memory (QPs on an SRQ only).
-    pub(super) _no_rq: Option<crate::util::AlignedBuf>,
+    pub(super) _no_rq: Option<Box<crate::provider::mlx5::rq::AbsentRq>>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,
     pub(super) _pd_link: Arc<()>,
     pub(super) _cq_links: Vec<Arc<()>>,

@@ -15,6 +15,7 @@ use crate::api::{QpConnection, RawQpPath};
 use crate::attr::{QpModify, SrqId};
 use crate::ffi::mlx5::rdd_qp_caps;
 use crate::ffi::status::rdd_status;
+use crate::provider::mlx5::rq::AbsentRq;
 use crate::provider::mlx5::{QpState, RecvQueue, SendQueue, SqConfig, WrSlot};
 
 use super::objects::{CqObj, PdObj, QpDesc, QpImpl, QpObj, QpQueuesOwned};
@@ -166,32 +167,15 @@ unsafe fn create_qp_obj(
         RawQpPath::Driver(_) => None,
     };
     // A QP on an SRQ has no receive queue (`rq_wqe_cnt` 0): its core
-    // `rq` is a one-entry stand-in over private memory with its own
-    // doorbell word and no SGE, which `rdd_qp_post_recv` and
-    // `rdd_qp_recv` refuse before anything reaches it and the device
-    // never reads (as `api::Qp` does).
-    let no_rq = srq_g.as_ref().map(|_| crate::util::AlignedBuf::new(64));
+    // `rq` is the stand-in `AbsentRq` over private memory, which
+    // `rdd_qp_post_recv` and `rdd_qp_recv` refuse before anything reaches
+    // it and the device never reads (as `api::Qp` does).
+    let mut no_rq = srq_g.as_ref().map(|_| Box::new(AbsentRq::new()));
     let (mut qimpl, sq_need, rq_need, sq_wrid, rq_wrid) = match raw.path {
         RawQpPath::Mlx5(dv) => {
-            let (rq_dv, rq_caps) = match &no_rq {
-                None => (dv, raw.caps),
-                Some(m) => (
-                    crate::provider::mlx5::Mlx5dvQp {
-                        rq_buf: m.ptr(),
-                        rq_wqe_cnt: 1,
-                        rq_stride: 16,
-                        // SAFETY: +32 is inside the 64-byte buffer.
-                        dbrec: unsafe { m.ptr().add(32) }.cast(),
-                        ..dv
-                    },
-                    crate::wr::QpCaps {
-                        max_recv_sge: 0,
-                        ..raw.caps
-                    },
-                ),
-            };
             let mut sq_wrid = vec![WrSlot::default(); dv.sq_wqe_cnt as usize];
-            let mut rq_wrid = vec![0u64; rq_dv.rq_wqe_cnt as usize];
+            let rq_slots = if no_rq.is_some() { 0 } else { dv.rq_wqe_cnt };
+            let mut rq_wrid = vec![0u64; rq_slots as usize];
             let built = (|| {
                 // SAFETY: the descriptor names queue memory kept alive
                 // by `raw.keep` (held by the QpObj); the side tables
@@ -209,16 +193,21 @@ unsafe fn create_qp_obj(
                         sq_wrid.len(),
                     )
                 }?;
-                // SAFETY: as above (or the stand-in's private memory,
-                // owned by the QpObj).
-                let rq = unsafe {
-                    RecvQueue::from_raw(
-                        &rq_dv,
-                        &rq_caps,
-                        NonNull::new(rq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
-                        rq_wrid.len(),
-                    )
-                }?;
+                let rq = match no_rq.as_deref_mut() {
+                    // SAFETY: as above.
+                    None => unsafe {
+                        RecvQueue::from_raw(
+                            &dv,
+                            &raw.caps,
+                            NonNull::new(rq_wrid.as_mut_ptr())
+                                .ok_or(rdd_status::InvalidGeometry)?,
+                            rq_wrid.len(),
+                        )
+                    }?,
+                    // SAFETY: the stand-in's memory is boxed (it never
+                    // moves) and owned by the QpObj next to the queue.
+                    Some(m) => unsafe { m.queue() }?,
+                };
                 Ok::<_, rdd_status>((sq, rq))
             })();
             let (sq, rq) = match built {

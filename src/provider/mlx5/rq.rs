@@ -274,3 +274,100 @@ impl RecvQueue {
         }
     }
 }
+
+/// The memory of a receive queue that no WR is ever posted to and that the
+/// device never sees: the core's stand-in for the receive queue of a QP on
+/// a shared receive queue, whose `mlx5dv_qp` has none (`rq_wqe_cnt` 0),
+/// so per-QP code and CQ routes keep one shape. One 16-byte entry, a
+/// doorbell record and one side-table slot. The queue made over it takes
+/// no SGE and stays empty, so a completion routed to it is `CqeCorrupt`;
+/// callers refuse receives for such a QP before they would reach it.
+#[repr(C, align(16))]
+pub struct AbsentRq {
+    ring: [u8; 16],
+    dbrec: [u32; 2],
+    wrid: [u64; 1],
+}
+
+impl Default for AbsentRq {
+    fn default() -> AbsentRq {
+        AbsentRq::new()
+    }
+}
+
+impl AbsentRq {
+    /// Zeroed memory for one stand-in queue.
+    pub const fn new() -> AbsentRq {
+        AbsentRq {
+            ring: [0; 16],
+            dbrec: [0; 2],
+            wrid: [0; 1],
+        }
+    }
+
+    /// The stand-in queue over this memory (in RTS, as every new queue).
+    ///
+    /// # Safety
+    /// `self` must outlive the returned queue and not move while it exists
+    /// (keep it boxed, or on the stack of the only code using the queue),
+    /// and must back no other queue.
+    pub unsafe fn queue(&mut self) -> Result<RecvQueue> {
+        let dv = Mlx5dvQp {
+            dbrec: self.dbrec.as_mut_ptr(),
+            sq_buf: core::ptr::null_mut(),
+            sq_wqe_cnt: 0,
+            sq_stride: 0,
+            rq_buf: self.ring.as_mut_ptr().cast(),
+            rq_wqe_cnt: 1,
+            rq_stride: 16,
+            bf_reg: core::ptr::null_mut(),
+            bf_size: 0,
+            comp_mask: 0,
+            uar_mmap_offset: 0,
+            tirn: 0,
+            tisn: 0,
+            rqn: 0,
+            sqn: 0,
+            tir_icm_addr: 0,
+        };
+        let caps = QpCaps {
+            max_send_sge: 0,
+            max_inline_data: 0,
+            max_recv_sge: 0,
+        };
+        let wrid = NonNull::from(&mut self.wrid).cast::<u64>();
+        // SAFETY: the ring (16-byte aligned by the struct), the record and
+        // the side-table slot are this struct's own, which the caller keeps
+        // alive and in place for the queue's lifetime (contract); the queue
+        // has no SGE, so nothing it holds names other memory.
+        unsafe { RecvQueue::from_raw(&dv, &caps, wrid, 1) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::Sge;
+
+    #[test]
+    fn absent_queue_is_empty_and_takes_no_sge() {
+        let mut mem = AbsentRq::new();
+        // SAFETY: `mem` outlives the queue and stays on this stack frame.
+        let mut q = unsafe { mem.queue() }.unwrap();
+        assert_eq!((q.wqe_cnt(), q.head(), q.tail()), (1, 0, 0));
+        // Nothing outstanding: a completion routed here names no receive.
+        assert_eq!(q.complete(0), None);
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 1,
+        }];
+        let wr = RecvWr {
+            wr_id: 7,
+            sges: &sge,
+        };
+        // SAFETY: refused before anything is written (no SGE allowed).
+        assert_eq!(unsafe { q.post(&wr) }, Err(Error::TooManySges));
+        assert_eq!(q.head(), 0);
+    }
+}
