@@ -125,13 +125,7 @@ impl FakeMlx5 {
             rq_stride: self.geo.rq_stride,
             bf_reg: self.bf.ptr(),
             bf_size: self.geo.bf_size,
-            comp_mask: 0,
-            uar_mmap_offset: 0,
-            tirn: 0,
-            tisn: 0,
-            rqn: 0,
-            sqn: 0,
-            tir_icm_addr: 0,
+            ..Mlx5dvQp::EMPTY
         }
     }
 

@@ -391,13 +391,7 @@ impl SoftDevice {
             rq_stride,
             bf_reg: mem.bf.ptr(),
             bf_size: 256,
-            comp_mask: 0,
-            uar_mmap_offset: 0,
-            tirn: 0,
-            tisn: 0,
-            rqn: 0,
-            sqn: 0,
-            tir_icm_addr: 0,
+            ..Mlx5dvQp::EMPTY
         };
         Ok(SoftQp { dv, qpn, caps, mem })
     }

@@ -327,6 +327,29 @@ pub struct Mlx5dvQp {
     pub tir_icm_addr: u64,
 }
 
+impl Mlx5dvQp {
+    /// Every pointer null and every field 0 (no queue at all): the base of
+    /// a descriptor that names only what its user fills in.
+    pub const EMPTY: Mlx5dvQp = Mlx5dvQp {
+        dbrec: core::ptr::null_mut(),
+        sq_buf: core::ptr::null_mut(),
+        sq_wqe_cnt: 0,
+        sq_stride: 0,
+        rq_buf: core::ptr::null_mut(),
+        rq_wqe_cnt: 0,
+        rq_stride: 0,
+        bf_reg: core::ptr::null_mut(),
+        bf_size: 0,
+        comp_mask: 0,
+        uar_mmap_offset: 0,
+        tirn: 0,
+        tisn: 0,
+        rqn: 0,
+        sqn: 0,
+        tir_icm_addr: 0,
+    };
+}
+
 /// Mirror of `struct mlx5dv_cq` (48 B): what `mlx5dv_init_obj(MLX5DV_OBJ_CQ)`
 /// returns.
 #[repr(C)]

@@ -314,21 +314,10 @@ impl AbsentRq {
     pub unsafe fn queue(&mut self) -> Result<RecvQueue> {
         let dv = Mlx5dvQp {
             dbrec: self.dbrec.as_mut_ptr(),
-            sq_buf: core::ptr::null_mut(),
-            sq_wqe_cnt: 0,
-            sq_stride: 0,
             rq_buf: self.ring.as_mut_ptr().cast(),
             rq_wqe_cnt: 1,
             rq_stride: 16,
-            bf_reg: core::ptr::null_mut(),
-            bf_size: 0,
-            comp_mask: 0,
-            uar_mmap_offset: 0,
-            tirn: 0,
-            tisn: 0,
-            rqn: 0,
-            sqn: 0,
-            tir_icm_addr: 0,
+            ..Mlx5dvQp::EMPTY
         };
         let caps = QpCaps {
             max_send_sge: 0,
