@@ -239,6 +239,10 @@ pub fn status_name(s: WcStatus) -> &'static str {
 #[cfg(feature = "verbs")]
 pub use verbs_impl::*;
 
+/// The `ibv_*_pingpong` TCP exchange (two-process modes).
+#[cfg(feature = "verbs")]
+pub mod oob;
+
 #[cfg(feature = "verbs")]
 mod verbs_impl {
     use super::*;

@@ -1,16 +1,15 @@
 use std::hint::spin_loop;
-use std::net::{Ipv6Addr, TcpListener};
 use std::time::{Duration, Instant};
 
 use rdma_direct::api::{
     Access, AddressVector, Ah, AhInit, Backend, ConnectAttr, Device, PortInfo, Qp, QpInfo, QpInit,
     Transport, Wc, WcStatus,
 };
-use rdma_direct::verbs::oob::{OobConn, REFUSED_RETRY};
-use rdma_direct::verbs::{self, VerbsDevice};
+use rdma_direct::verbs::VerbsDevice;
 use rdma_direct::{RecvWr, SendFlags, SendOp, SendWr};
 
 use super::args::{Args, RcArgs};
+use super::common::oob::{self, address_line};
 use super::common::{err, status_name, ExampleBackend};
 use super::side::{GRH_BYTES, UD_QKEY};
 
@@ -23,17 +22,6 @@ const SEND_WRID: u64 = 2;
 /// wait forever).
 const STALL: Duration = Duration::from_secs(20);
 
-/// `  local address:  LID 0x0000, QPN 0x000011, PSN 0x123456, GID ::ffff:192.0.2.1`
-fn address_line(which: &str, i: &QpInfo) -> String {
-    format!(
-        "  {which} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-        i.lid,
-        i.qpn,
-        i.psn,
-        Ipv6Addr::from(i.gid)
-    )
-}
-
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -41,15 +29,6 @@ fn page_size() -> usize {
         p as usize
     } else {
         4096
-    }
-}
-
-/// `host:port`, bracketing an IPv6 literal.
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 
@@ -174,42 +153,12 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     };
     let remote = match &rc.connect {
         None => {
-            let l = TcpListener::bind(("0.0.0.0", rc.port))
-                .or_else(|_| TcpListener::bind(("::", rc.port)))
-                .map_err(|x| format!("listen on TCP port {}: {x}", rc.port))?;
-            let mut c = OobConn::accept(&l, rc.timeout)
-                .map_err(|x| format!("no client connected to TCP port {}: {x}", rc.port))?;
-            drop(l);
+            let mut c = oob::accept(rc.port, rc.timeout)?;
             c.server_exchange(&local, |r| to_rts(r))
                 .map_err(|x| format!("address exchange: {x}{}", Dev::detail()))?
         }
         Some(host) => {
-            // A refusal is retried briefly (the server may be starting),
-            // and said at once; at the end of the window it is the error.
-            let mut refused = None;
-            let mut c = OobConn::connect_with(
-                &host_port(host, rc.port),
-                rc.timeout,
-                REFUSED_RETRY,
-                |a, window| {
-                    eprintln!(
-                        "pingpong: connection refused by {a} (retrying for up to {}s)",
-                        window.as_secs_f32()
-                    );
-                    refused = Some((a, window));
-                },
-            )
-            .map_err(|x| match (x, refused, verbs::last_error()) {
-                (rdma_direct::Error::ConnectFailed, Some((a, w)), (_, libc::ECONNREFUSED)) => {
-                    format!(
-                        "connect to {host} port {}: connection refused by {a} for {}s: nobody \
-                         listens there (start the server first, or check --port)",
-                        rc.port,
-                        w.as_secs_f32()
-                    )
-                }
-                (x, _, _) => format!("connect to {host} port {}: {x}{}", rc.port, Dev::detail()),
-            })?;
+            let mut c = oob::connect(host, rc.port, rc.timeout, "pingpong")?;
             let r = c
                 .client_exchange(&local)
                 .map_err(|x| format!("address exchange: {x}"))?;

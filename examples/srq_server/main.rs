@@ -40,6 +40,17 @@
 //! With `--device NAME` (builds with `--features verbs`) the same runs on a
 //! kernel device; a device or data path without SRQs is refused up front:
 //! the program says so and exits with status 2, without running anything.
+//!
+//! **Two-process mode** (`--server`, or `--connect HOST`; with `--device`,
+//! verbs only): `--num-qp` RC QPs per process on one SRQ, connected out of
+//! band over TCP, wire-compatible with rdma-core's `ibv_srq_pingpong`
+//! (either side can be that tool; see `wire.rs`):
+//!
+//! ```text
+//! srq_server --device rxe0 --gid-idx 1 --server [--port 18515] [--size 4096]
+//!            [--num-qp 16] [--rx-depth 500] [--iters 1000] [--mtu 1024]
+//! srq_server --device rxe0 --gid-idx 1 --connect HOST [same options]
+//! ```
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -50,6 +61,7 @@ use rdma_direct::api::{
 use rdma_direct::soft::{SoftConfig, SoftDevice};
 use rdma_direct::{Error, RecvWr, SendFlags, SendOp, SendWr};
 
+#[path = "../common/mod.rs"]
 mod common;
 use common::{err, DevOpts, ExampleBackend, DEV_USAGE};
 
@@ -57,6 +69,9 @@ use common::{err, DevOpts, ExampleBackend, DEV_USAGE};
 const STALL: Duration = Duration::from_secs(20);
 /// Bytes of the header every message starts with: client, sequence.
 const HEADER: usize = 8;
+/// Address messages `ibv_srq_pingpong` exchanges each way, whatever its
+/// `--num-qp` (the unused ones are all zeros): its `MAX_QP`.
+const MAX_QP: usize = 256;
 
 struct Args {
     clients: usize,
@@ -66,12 +81,30 @@ struct Args {
     size: usize,
     depth: u32,
     dev: DevOpts,
+    /// The two-process mode (`ibv_srq_pingpong` compatible).
+    wire: Option<WireArgs>,
+}
+
+/// The two-process (`ibv_srq_pingpong`) options.
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+struct WireArgs {
+    /// `None`: server; `Some(host)`: client of `host`.
+    connect: Option<String>,
+    port: u16,
+    num_qp: usize,
+    rx_depth: u32,
+    mtu: u32,
+    iters: u64,
+    timeout: Duration,
 }
 
 fn usage() -> String {
     format!(
         "usage: srq_server [--clients 1..=1024] [--active N] [--burst 1..=64] [--rounds N] \
-         [--size 8..=65536] [--depth N] {DEV_USAGE}"
+         [--size 8..=65536] [--depth N] {DEV_USAGE}\n       \
+         srq_server --device NAME [--gid-idx N] (--server | --connect HOST) [--port 18515]\n       \
+         \x20          [--size 4096] [--num-qp 16] [--rx-depth 500] [--iters 1000] [--mtu 1024]\n       \
+         \x20          [--timeout SECS]   (ibv_srq_pingpong compatible; --features verbs)"
     )
 }
 
@@ -81,30 +114,119 @@ fn parse_args() -> Result<Args, String> {
         active: 8,
         burst: 8,
         rounds: 200,
-        size: 512,
+        size: 0,
         depth: 0,
         dev: DevOpts::default(),
+        wire: None,
     };
+    let (mut server, mut connect, mut port, mut num_qp, mut rx_depth, mut mtu, mut iters) =
+        (false, None, 18515u64, 16u64, 500u64, 1024u64, 1000u64);
+    let mut timeout = 60u64;
+    // The last flag of each mode seen, to refuse a mix.
+    let (mut local_flag, mut wire_flag) = (None, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if a.dev.take(&flag, &mut it)? {
             continue;
         }
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = it.next().ok_or_else(|| format!("{name} needs a value"))?;
-            v.parse::<u64>()
-                .map_err(|_| format!("{name}: not a number: {v}"))
-        };
+        if flag == "--server" {
+            server = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(usage());
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if flag == "--connect" {
+            connect = Some(v);
+            continue;
+        }
+        let n = v
+            .parse::<u64>()
+            .map_err(|_| format!("{flag}: not a number: {v}"))?;
         match flag.as_str() {
-            "--clients" | "-c" => a.clients = value("--clients")? as usize,
-            "--active" | "-a" => a.active = value("--active")? as usize,
-            "--burst" | "-b" => a.burst = value("--burst")? as usize,
-            "--rounds" | "-n" => a.rounds = value("--rounds")?,
-            "--size" | "-s" => a.size = value("--size")? as usize,
-            "--depth" | "-r" => a.depth = value("--depth")?.min(u32::MAX as u64) as u32,
-            "--help" | "-h" => return Err(usage()),
+            "--size" | "-s" => a.size = n.min(1 << 30) as usize,
+            "--clients" | "-c" => a.clients = n.min(1 << 20) as usize,
+            "--active" | "-a" => a.active = n.min(1 << 20) as usize,
+            "--burst" | "-b" => a.burst = n.min(1 << 20) as usize,
+            "--rounds" => a.rounds = n,
+            "--depth" => a.depth = n.min(u32::MAX as u64) as u32,
+            "--port" | "-p" => port = n,
+            "--num-qp" | "-q" => num_qp = n,
+            "--rx-depth" | "-r" => rx_depth = n,
+            "--mtu" | "-m" => mtu = n,
+            "--iters" | "-n" => iters = n,
+            "--timeout" => timeout = n,
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
+        match flag.as_str() {
+            "--size" | "-s" => {}
+            "--clients" | "-c" | "--active" | "-a" | "--burst" | "-b" | "--rounds" | "--depth" => {
+                local_flag = Some(flag)
+            }
+            _ => wire_flag = Some(flag),
+        }
+    }
+    let two_process = server || connect.is_some();
+    if server && connect.is_some() {
+        return Err("--server and --connect exclude each other".into());
+    }
+    match (two_process, local_flag, wire_flag) {
+        (false, _, Some(f)) => {
+            return Err(format!(
+                "{f} belongs to the two-process mode: add --server or --connect HOST\n{}",
+                usage()
+            ))
+        }
+        (true, Some(f), _) => {
+            return Err(format!(
+                "{f} belongs to the in-process mode, not --server/--connect"
+            ))
+        }
+        _ => {}
+    }
+    if two_process {
+        if cfg!(not(feature = "verbs")) || a.dev.device.is_none() {
+            return Err(
+                "--server/--connect run on a kernel RDMA device: give --device NAME, and \
+                 build with --features verbs"
+                    .into(),
+            );
+        }
+        if a.size == 0 {
+            a.size = 4096;
+        }
+        if a.size > 1 << 24 {
+            return Err("--size must be between 1 and 2^24 (16 MiB)".into());
+        }
+        if !(1..=MAX_QP as u64).contains(&num_qp) {
+            return Err(format!("--num-qp must be between 1 and {MAX_QP}"));
+        }
+        if rx_depth < num_qp || rx_depth > 1 << 15 {
+            return Err(format!(
+                "--rx-depth {rx_depth} is too small for {num_qp} QPs (at least one receive \
+                 per QP) or above 32768"
+            ));
+        }
+        if ![256, 512, 1024, 2048, 4096].contains(&mtu) {
+            return Err("--mtu must be 256, 512, 1024, 2048 or 4096".into());
+        }
+        if iters == 0 || iters > 1 << 31 {
+            return Err("--iters must be between 1 and 2^31".into());
+        }
+        a.wire = Some(WireArgs {
+            connect,
+            port: u16::try_from(port).map_err(|_| "--port must be at most 65535".to_string())?,
+            num_qp: num_qp as usize,
+            rx_depth: rx_depth as u32,
+            mtu: mtu as u32,
+            iters,
+            timeout: Duration::from_secs(timeout.max(1)),
+        });
+        return Ok(a);
+    }
+    if a.size == 0 {
+        a.size = 512;
     }
     if a.clients == 0 || a.clients > 1024 {
         return Err("--clients must be between 1 and 1024".into());
@@ -169,8 +291,8 @@ fn wqe_bytes(n: u64, srq: bool) -> u64 {
 enum Outcome {
     Ok,
     Wrong,
-    /// The device (or its data path) has no SRQs.
-    NoSrq(String),
+    /// Nothing ran: the device (or its data path) cannot do this (why).
+    NotRun(String),
 }
 
 fn main() -> ExitCode {
@@ -184,7 +306,7 @@ fn main() -> ExitCode {
     match dispatch(&args) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Wrong) => ExitCode::FAILURE,
-        Ok(Outcome::NoSrq(why)) => {
+        Ok(Outcome::NotRun(why)) => {
             eprintln!("srq_server: NOT RUN: {why}");
             ExitCode::from(common::EXIT_USAGE)
         }
@@ -199,6 +321,9 @@ fn main() -> ExitCode {
 fn dispatch(args: &Args) -> Result<Outcome, String> {
     #[cfg(feature = "verbs")]
     if let Some(dev) = common::open_verbs(&args.dev)? {
+        if let Some(w) = &args.wire {
+            return wire::run(&dev, args, w);
+        }
         return run(dev, args);
     }
     run(Device::new(SoftDevice::new(SoftConfig::default())), args)
@@ -282,7 +407,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
     let srq = match pd.create_srq(args.depth, 1) {
         Ok(s) => s,
         Err(Error::Unsupported) => {
-            return Ok(Outcome::NoSrq(format!(
+            return Ok(Outcome::NotRun(format!(
                 "{} (this data path) has no shared receive queues",
                 dev.backend().name()
             )))
@@ -482,3 +607,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
     drop(links);
     Ok(if ok { Outcome::Ok } else { Outcome::Wrong })
 }
+
+/// The two-process mode, compatible with rdma-core's `ibv_srq_pingpong`.
+#[cfg(feature = "verbs")]
+mod wire;
