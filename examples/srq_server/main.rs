@@ -136,6 +136,33 @@ fn parse_args() -> Result<Args, String> {
         if flag == "--help" || flag == "-h" {
             return Err(usage());
         }
+        const VALUED: &[&str] = &[
+            "--connect",
+            "--size",
+            "-s",
+            "--clients",
+            "-c",
+            "--active",
+            "-a",
+            "--burst",
+            "-b",
+            "--rounds",
+            "--depth",
+            "--port",
+            "-p",
+            "--num-qp",
+            "-q",
+            "--rx-depth",
+            "-r",
+            "--mtu",
+            "-m",
+            "--iters",
+            "-n",
+            "--timeout",
+        ];
+        if !VALUED.contains(&flag.as_str()) {
+            return Err(format!("unknown argument {flag}\n{}", usage()));
+        }
         let v = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         if flag == "--connect" {
             connect = Some(v);
