@@ -1,8 +1,9 @@
 //! Shared receive queues on the software device, through the safe API:
 //! receives taken by several QPs, the SRQ WQE index in the completions,
 //! RNR on an empty SRQ, the limit event, refusals that change nothing, a
-//! stale completion reported as corrupt, and (in `srq/random.rs`) 64 QPs
-//! on one SRQ under a seeded random workload with faults.
+//! stale completion reported as corrupt, (in `srq/random.rs`) 64 QPs on
+//! one SRQ under a seeded random workload with faults, and (in
+//! `srq/recover.rs`) recovery of a QP on an SRQ.
 
 use rdma_direct::api::*;
 use rdma_direct::soft::SoftDevice;
@@ -14,6 +15,9 @@ use rig::*;
 
 #[path = "srq/random.rs"]
 mod random;
+
+#[path = "srq/recover.rs"]
+mod recover;
 
 fn send(wr_id: u64, op: SendOp, sge: &[rdma_direct::Sge]) -> SendWr<'_> {
     SendWr::new(wr_id, op, sge, SendFlags::SIGNALED)

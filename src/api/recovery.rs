@@ -9,6 +9,7 @@ use crate::sync::Ordering;
 
 use super::cq::Cq;
 use super::qp::{Qp, QpPath};
+use super::srq::Srq;
 use super::{Backend, ConnectAttr, QpInfo, QpModify, QpState, Wc};
 
 /// What [`Qp::drain_and_reset`] and [`Qp::recover`] found and did.
@@ -72,22 +73,78 @@ impl<B: Backend> Qp<B> {
     /// consumed): otherwise [`Error::ResourceBusy`]. Gives up with
     /// [`Error::Timeout`] after `timeout`.
     ///
-    /// Not yet for a UD QP, nor for a QP on an SRQ ([`Error::Unsupported`],
-    /// nothing done; move a UD QP to ERROR and RESET with [`Qp::modify`]).
-    /// For a QP on an SRQ:
-    /// its receive completions need the SRQ's route. Move it to ERROR and
-    /// RESET with [`Qp::modify`] after polling its CQs through
-    /// [`super::Srq::route`].
+    /// A QP on an SRQ drains with [`Qp::drain_and_reset_on_srq`] (here
+    /// [`Error::Unsupported`], nothing done: its receive completions need
+    /// the SRQ's route). Not yet for a UD QP ([`Error::Unsupported`],
+    /// nothing done; move it to ERROR and RESET with [`Qp::modify`]).
     pub fn drain_and_reset(
         &mut self,
+        send_cq: &mut Cq<B>,
+        recv_cq: Option<&mut Cq<B>>,
+        timeout: Duration,
+        on_wc: impl FnMut(&Wc),
+    ) -> Result<Recovery> {
+        if self.srq.is_some() || self.is_ud() {
+            return Err(Error::Unsupported);
+        }
+        self.drain_with(None, send_cq, recv_cq, timeout, on_wc)
+    }
+
+    /// [`Qp::drain_and_reset`] for a QP on `srq` (the SRQ it was created
+    /// on; another one, or a QP without an SRQ, is
+    /// [`Error::InvalidAttribute`], nothing done). Completions are polled
+    /// through [`Srq::route`], so receive completions of this QP (flushed
+    /// ones included) give their SRQ receives back to the SRQ's free list.
+    ///
+    /// What an error does to the receives differs from a QP's own receive
+    /// queue, as on hardware (IBA vol. 1 §10.2.9.5): only the receives this
+    /// QP had taken from the SRQ and not completed are flushed; every
+    /// receive still in the SRQ stays there for the other QPs, and for
+    /// this one once it is connected again. So the drain waits for the
+    /// send work as `drain_and_reset` does, then takes whatever receive
+    /// completions the CQs hold before the reset. The same rule holds for
+    /// the CQs: they must serve only this QP ([`Error::ResourceBusy`]).
+    pub fn drain_and_reset_on_srq(
+        &mut self,
+        srq: &mut Srq<B>,
+        send_cq: &mut Cq<B>,
+        recv_cq: Option<&mut Cq<B>>,
+        timeout: Duration,
+        on_wc: impl FnMut(&Wc),
+    ) -> Result<Recovery> {
+        if self.srq.as_ref().map(|s| s.key) != Some(srq.id().key) {
+            return Err(Error::InvalidAttribute);
+        }
+        if self.is_ud() {
+            return Err(Error::Unsupported);
+        }
+        self.drain_with(Some(srq), send_cq, recv_cq, timeout, on_wc)
+    }
+
+    /// Polls `cq` into `out` through this QP, or through `srq`'s route
+    /// over it.
+    fn poll_own(
+        &mut self,
+        srq: Option<&mut Srq<B>>,
+        cq: &mut Cq<B>,
+        out: &mut [Wc],
+    ) -> Result<usize> {
+        match srq {
+            None => cq.poll(self, out),
+            Some(s) => cq.poll(&mut s.route(self), out),
+        }
+    }
+
+    /// The drain of [`Qp::drain_and_reset`] and
+    /// [`Qp::drain_and_reset_on_srq`].
+    fn drain_with(
+        &mut self,
+        mut srq: Option<&mut Srq<B>>,
         send_cq: &mut Cq<B>,
         mut recv_cq: Option<&mut Cq<B>>,
         timeout: Duration,
         mut on_wc: impl FnMut(&Wc),
     ) -> Result<Recovery> {
-        if self.srq.is_some() || self.is_ud() {
-            return Err(Error::Unsupported);
-        }
         let own_send = Arc::ptr_eq(&send_cq.inner, &self._send_cq);
         let own_recv = match &recv_cq {
             Some(c) => Arc::ptr_eq(&c.inner, &self._recv_cq),
@@ -130,12 +187,12 @@ impl<B: Backend> Qp<B> {
                     Err(e) => return Err(e),
                 };
             }
-            let mut n = send_cq.poll(self, &mut out)?;
+            let mut n = self.poll_own(srq.as_deref_mut(), send_cq, &mut out)?;
             for w in &out[..n] {
                 on_wc(w);
             }
             if let Some(r) = recv_cq.as_deref_mut() {
-                let m = r.poll(self, &mut out)?;
+                let m = self.poll_own(srq.as_deref_mut(), r, &mut out)?;
                 for w in &out[..m] {
                     on_wc(w);
                 }
@@ -147,6 +204,29 @@ impl<B: Backend> Qp<B> {
                     return Err(Error::Timeout);
                 }
                 std::thread::yield_now();
+            }
+        }
+        // On an SRQ, receive completions the device wrote (flushed
+        // receives this QP had taken) are not counted as outstanding: take
+        // what the CQs hold now, before the reset, so none is left for a
+        // reconnected QP to meet.
+        if srq.is_some() {
+            loop {
+                let mut n = self.poll_own(srq.as_deref_mut(), send_cq, &mut out)?;
+                for w in &out[..n] {
+                    on_wc(w);
+                }
+                if let Some(r) = recv_cq.as_deref_mut() {
+                    let m = self.poll_own(srq.as_deref_mut(), r, &mut out)?;
+                    for w in &out[..m] {
+                        on_wc(w);
+                    }
+                    n += m;
+                }
+                reported += n;
+                if n == 0 {
+                    break;
+                }
             }
         }
         // After the drain: the failed WR's completion may have been among
@@ -173,15 +253,39 @@ impl<B: Backend> Qp<B> {
         timeout: Duration,
         on_wc: impl FnMut(&Wc),
     ) -> Result<Recovery> {
-        // Bad reconnect inputs are refused before anything is drained, so
-        // a refused call leaves the QP as it was (iWARP's Unsupported still
-        // comes after the reset, as documented).
+        self.check_reconnect(peer, attr)?;
+        let r = self.drain_and_reset(send_cq, recv_cq, timeout, on_wc)?;
+        self.connect(peer, attr)?;
+        Ok(r)
+    }
+
+    /// [`Qp::recover`] for a QP on `srq`: [`Qp::drain_and_reset_on_srq`],
+    /// then INIT → RTR → RTS towards `peer`, with the same checks first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recover_on_srq(
+        &mut self,
+        srq: &mut Srq<B>,
+        send_cq: &mut Cq<B>,
+        recv_cq: Option<&mut Cq<B>>,
+        peer: &QpInfo,
+        attr: &ConnectAttr,
+        timeout: Duration,
+        on_wc: impl FnMut(&Wc),
+    ) -> Result<Recovery> {
+        self.check_reconnect(peer, attr)?;
+        let r = self.drain_and_reset_on_srq(srq, send_cq, recv_cq, timeout, on_wc)?;
+        self.connect(peer, attr)?;
+        Ok(r)
+    }
+
+    /// Bad reconnect inputs are refused before anything is drained, so a
+    /// refused call leaves the QP as it was (iWARP's Unsupported still
+    /// comes after the reset, as documented).
+    fn check_reconnect(&self, peer: &QpInfo, attr: &ConnectAttr) -> Result<()> {
         let port = self.pd.b.port();
         if port.transport != super::Transport::Iwarp {
             super::checked_connect_steps(&port, self.psn, peer, attr)?;
         }
-        let r = self.drain_and_reset(send_cq, recv_cq, timeout, on_wc)?;
-        self.connect(peer, attr)?;
-        Ok(r)
+        Ok(())
     }
 }
