@@ -558,6 +558,12 @@
 #define RDD_QP_RECOVERY_DRAINED 2
 
 /**
+ * `rdd_qp_send_ud` and friends: a Q_Key that means "the sending QP's
+ * own" (bit 31 set, IBA vol. 1 §10.2.4).
+ */
+#define RDD_OWN_QKEY 2147483648
+
+/**
  * `rdd_pool_config.flags`: back the region with 2 MiB huge pages
  * (`MAP_HUGETLB`). The region size must be a multiple of 2 MiB and the
  * system must have that many free huge pages, otherwise
@@ -797,6 +803,12 @@ typedef uint32_t rdd_status;
 #endif // __cplusplus
 
 /**
+ * An address handle (opaque handle): where UD sends go.
+ * `rdd_ah_create` / `rdd_ah_destroy`.
+ */
+typedef struct rdd_ah rdd_ah;
+
+/**
  * A completion queue (opaque handle): `rdd_cq_create` / `rdd_cq_destroy`.
  */
 typedef struct rdd_cq rdd_cq;
@@ -830,8 +842,8 @@ typedef struct rdd_pd rdd_pd;
 typedef struct rdd_pool rdd_pool;
 
 /**
- * A reliable-connected queue pair (opaque handle): `rdd_qp_create` /
- * `rdd_qp_destroy`.
+ * A queue pair (opaque handle), reliable-connected (`rdd_qp_create`) or
+ * unreliable-datagram (`rdd_qp_create_ud`); `rdd_qp_destroy`.
  */
 typedef struct rdd_qp rdd_qp;
 
@@ -1771,6 +1783,110 @@ typedef struct rdd_srq_attr {
      */
     uint32_t srqn;
 } rdd_srq_attr;
+
+/**
+ * What `rdd_ah_create` makes an address handle from (`struct
+ * ibv_ah_attr`): the destination's LID, and with `is_global` its global
+ * route. The device supplies the rest (its link layer, the destination
+ * MAC on RoCE), unlike the raw level's `rdd_mlx5_ah_attr`. 32 bytes.
+ */
+typedef struct rdd_ah_attr {
+    /**
+     * Destination GID (used with `is_global`).
+     */
+    uint8_t dgid[16];
+    /**
+     * Flow label of the global route (20 bits).
+     */
+    uint32_t flow_label;
+    /**
+     * Destination LID (InfiniBand).
+     */
+    uint16_t dlid;
+    /**
+     * Port to send from (1-based; 0: the device's port).
+     */
+    uint8_t port_num;
+    /**
+     * Service level (0..=15).
+     */
+    uint8_t sl;
+    /**
+     * 1: datagrams carry a GRH built from the fields below and `dgid`;
+     * 0: none.
+     */
+    uint8_t is_global;
+    /**
+     * Source GID index of the global route (the software device has
+     * one GID, index 0).
+     */
+    uint8_t sgid_index;
+    /**
+     * Hop limit of the global route.
+     */
+    uint8_t hop_limit;
+    /**
+     * Traffic class of the global route.
+     */
+    uint8_t traffic_class;
+    /**
+     * Must be 0.
+     */
+    uint32_t reserved;
+} rdd_ah_attr;
+
+/**
+ * Datagrams the software device dropped since it was opened, by reason
+ * (`rdd_device_ud_drops`). A dropped datagram completes successfully at
+ * its sender and produces nothing at the destination. 40 bytes.
+ */
+typedef struct rdd_ud_drops {
+    /**
+     * No QP with the destination QP number exists.
+     */
+    uint64_t no_qp;
+    /**
+     * The destination QP is not a UD QP.
+     */
+    uint64_t not_ud;
+    /**
+     * The destination QP is not ready (`rdd_qp_ready_ud`).
+     */
+    uint64_t not_ready;
+    /**
+     * The datagram's Q_Key differs from the destination QP's.
+     */
+    uint64_t bad_qkey;
+    /**
+     * The destination QP had no receive posted (UD has no RNR retry).
+     */
+    uint64_t no_receive;
+} rdd_ud_drops;
+
+/**
+ * One generic UD send for `rdd_qp_post_send_ud`: an `rdd_wr` (opcode
+ * `RDD_WR_SEND` or `RDD_WR_SEND_WITH_IMM`; any other is `UNSUPPORTED`;
+ * its `remote_addr`, `rkey`, `compare_add` and `swap` are ignored) and
+ * where it goes.
+ */
+typedef struct rdd_ud_send {
+    /**
+     * The work request.
+     */
+    struct rdd_wr wr;
+    /**
+     * The destination's address handle (of the QP's PD).
+     */
+    struct rdd_ah *ah;
+    /**
+     * Destination QP number (24 bits).
+     */
+    uint32_t remote_qpn;
+    /**
+     * Q_Key; `RDD_OWN_QKEY`: the sending QP's own.
+     */
+    uint32_t qkey;
+} rdd_ud_send;
 
 /**
  * How `rdd_pool_create` builds a pool. Zero every field you do not set.
@@ -3895,6 +4011,199 @@ rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
  */
 rdd_status rdd_srq_query(const struct rdd_srq *srq,
                          struct rdd_srq_attr *out);
+
+/**
+ * Creates an address handle in `pd` to the destination `attr` describes,
+ * for `rdd_qp_send_ud` and friends on any UD QP of that PD. The PD is
+ * used shared; while the handle exists `rdd_pd_free` is `RESOURCE_BUSY`.
+ *
+ * Errors (nothing is created, `*out` is not written): `NULL_PARAMETER`
+ * (`pd`, `attr`, `out`); `INVALID_HANDLE`; `RESOURCE_BUSY`;
+ * `INVALID_ARGUMENT` (`is_global` other than 0 or 1, `reserved` not 0);
+ * `INVALID_ATTRIBUTE` (an SL above 15, a flow label wider than 20 bits,
+ * a port other than the device's, or what the device refuses: on the
+ * software device a source GID index other than 0); `UNSUPPORTED` (a
+ * device without UD: every one but the software device for now).
+ *
+ * # Safety
+ * `attr` is valid for reads of one `rdd_ah_attr`; `out` for a write of
+ * one pointer.
+ */
+rdd_status rdd_ah_create(struct rdd_pd *pd,
+                         const struct rdd_ah_attr *attr,
+                         struct rdd_ah **out);
+
+/**
+ * Destroys an address handle. Datagrams already posted through it are
+ * not affected (each WQE holds its own copy of the address), so this is
+ * allowed with sends outstanding; later sends naming the handle are
+ * `INVALID_HANDLE`. `RESOURCE_BUSY` while another thread sends through
+ * it.
+ */
+rdd_status rdd_ah_destroy(struct rdd_ah *ah);
+
+/**
+ * Creates an unreliable-datagram queue pair (in RESET) on `pd`, as
+ * `rdd_qp_create` creates an RC one: same arguments, same sizing guard,
+ * same statuses, plus `UNSUPPORTED` on a device without UD. Make it
+ * ready with `rdd_qp_ready_ud` (it connects to nothing: `rdd_qp_connect`
+ * on it is `INVALID_ATTRIBUTE`, `rdd_qp_recover` `UNSUPPORTED`).
+ *
+ * It sends only datagrams (`rdd_qp_send_ud`, `rdd_qp_send_ud_imm`,
+ * `rdd_qp_send_ud_inline`): RC sends on it (`rdd_qp_send`,
+ * `rdd_qp_write`, `rdd_qp_post_send`, ...) are `INVALID_ATTRIBUTE` once
+ * it is ready (no address handle) and write nothing. Receives are posted
+ * as on RC (`rdd_qp_recv`, `rdd_qp_post_recv`), but every receive buffer
+ * starts with a 40-byte GRH area: a datagram of `n` bytes needs a
+ * receive of at least `40 + n` bytes, lands at offset 40, and completes
+ * with `byte_len` `n + 40`, `src_qp` the sender's QP number, `slid` and
+ * `sl` the sender's, and `RDD_WC_FLAG_GRH` when the sender's address
+ * handle was global (the 40 bytes then hold the GRH; otherwise they are
+ * left as they were).
+ *
+ * # Safety
+ * As `rdd_qp_create`.
+ */
+rdd_status rdd_qp_create_ud(struct rdd_pd *pd,
+                            struct rdd_cq *send_cq,
+                            struct rdd_cq *recv_cq,
+                            const struct rdd_qp_init *init,
+                            struct rdd_qp **out);
+
+/**
+ * Creates a UD queue pair as `rdd_qp_create_ud` does, taking its
+ * receives from the shared receive queue `srq`, with the rules and
+ * statuses of `rdd_qp_create_on_srq` (the SRQ's receives need the 40-byte
+ * GRH area too).
+ *
+ * # Safety
+ * As `rdd_qp_create`.
+ */
+rdd_status rdd_qp_create_ud_on_srq(struct rdd_pd *pd,
+                                   struct rdd_cq *send_cq,
+                                   struct rdd_cq *recv_cq,
+                                   struct rdd_srq *srq,
+                                   const struct rdd_qp_init *init,
+                                   struct rdd_qp **out);
+
+/**
+ * Moves a UD QP from RESET to ready (RTS: it sends and receives) with
+ * Q_Key `qkey`: datagrams reach it only with that key. Refused with
+ * nothing changed: `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`;
+ * `INVALID_ATTRIBUTE` for an RC QP or a `qkey` with bit 31 set (a
+ * controlled key); `INVALID_QP_STATE` for a QP not in RESET.
+ */
+rdd_status rdd_qp_ready_ud(struct rdd_qp *qp,
+                           uint32_t qkey);
+
+/**
+ * The datagrams the software device `dev` dropped since it was opened,
+ * by reason (see `rdd_ud_drops`). `UNSUPPORTED` for a kernel device
+ * (its drops are in its port counters).
+ *
+ * # Safety
+ * `out` is valid for a write of one `rdd_ud_drops`.
+ */
+rdd_status rdd_device_ud_drops(struct rdd_device *dev,
+                               struct rdd_ud_drops *out);
+
+/**
+ * Posts one datagram: a SEND of `length` bytes at `laddr` (local key
+ * `lkey`) to QP `remote_qpn` at the address `ah` holds, with Q_Key
+ * `remote_qkey` (`RDD_OWN_QKEY`: this QP's own). Flags and deferral as
+ * `rdd_qp_send` (`RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
+ * `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`; `rdd_qp_ring` rings
+ * deferred datagrams too). The QP and `ah` are used (the QP exclusively,
+ * `ah` shared) for the call only: `ah` may be destroyed right after.
+ *
+ * Statuses (a refused call writes nothing and rings nothing): `OK`;
+ * `NULL_PARAMETER` (`qp` or `ah` NULL); `INVALID_HANDLE` (either
+ * destroyed, forged or of another kind); `RESOURCE_BUSY`;
+ * `INVALID_FLAGS`; `INVALID_ATTRIBUTE` (an RC QP, or an `ah` of another
+ * PD); `EXCEEDS_MTU` (`length` above the port's MTU: a datagram is one
+ * packet); `INVALID_QPN` (`remote_qpn` wider than 24 bits);
+ * `TOO_MANY_SGES`, `LENGTH_OVERFLOW`; `INVALID_QP_STATE` (before
+ * `rdd_qp_ready_ud`; a QP in ERROR accepts the send, which completes
+ * flushed); `SQ_FULL`; `CQ_FULL` (an unguarded send CQ without
+ * headroom). A datagram the destination does not take (no such QP, a
+ * wrong Q_Key, no receive posted) still completes successfully here; the
+ * software device counts it (`rdd_device_ud_drops`).
+ *
+ * # Safety
+ * As `rdd_qp_send`.
+ */
+rdd_status rdd_qp_send_ud(struct rdd_qp *qp,
+                          struct rdd_ah *ah,
+                          uint32_t remote_qpn,
+                          uint32_t remote_qkey,
+                          uint64_t wr_id,
+                          uint64_t laddr,
+                          uint32_t length,
+                          uint32_t lkey,
+                          uint32_t flags);
+
+/**
+ * Posts one datagram with immediate data `imm` (host order): as
+ * `rdd_qp_send_ud`; the receive completes with `RDD_WC_FLAG_WITH_IMM`
+ * and `imm_data` = `imm`. Same statuses.
+ *
+ * # Safety
+ * As `rdd_qp_send`.
+ */
+rdd_status rdd_qp_send_ud_imm(struct rdd_qp *qp,
+                              struct rdd_ah *ah,
+                              uint32_t remote_qpn,
+                              uint32_t remote_qkey,
+                              uint64_t wr_id,
+                              uint64_t laddr,
+                              uint32_t length,
+                              uint32_t lkey,
+                              uint32_t imm,
+                              uint32_t flags);
+
+/**
+ * Posts one datagram of the `length` bytes at `data`, copied into the
+ * WQE before the call returns: as `rdd_qp_send_ud` (the inline payload
+ * is implied: `RDD_SEND_INLINE` is `INVALID_FLAGS` here, as for
+ * `rdd_qp_send_inline`), plus `NULL_POINTER` (`data` NULL with a
+ * non-zero `length`) and `INLINE_TOO_LARGE` (more than the QP's
+ * `max_inline_data`).
+ *
+ * # Safety
+ * `data` is NULL or points to `length` readable bytes.
+ */
+rdd_status rdd_qp_send_ud_inline(struct rdd_qp *qp,
+                                 struct rdd_ah *ah,
+                                 uint32_t remote_qpn,
+                                 uint32_t remote_qkey,
+                                 uint64_t wr_id,
+                                 const void *data,
+                                 uint32_t length,
+                                 uint32_t flags);
+
+/**
+ * Posts the UD sends `wrs[0..n]`: the generic form of `rdd_qp_send_ud`
+ * (SGE lists, `RDD_SEND_INLINE`, immediate data), with the batch rules of
+ * `rdd_qp_post_send`. Each entry is checked as `rdd_qp_send_ud` checks
+ * its send, then as `rdd_qp_post_send` checks its `rdd_wr`; the call
+ * stops at the first rejected one: those before it are posted and rung
+ * (once for the batch), it and those after are not, its status is
+ * returned and `*out_bad_index` is its index (0 when the `wrs` array
+ * itself is misaligned or too large). `*out_bad_index` is not written on
+ * `OK` nor for a bad `qp` (`NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY`: nothing posted). On an unguarded send CQ each entry
+ * is rung as it is posted, so that its headroom check covers its
+ * doorbell.
+ *
+ * # Safety
+ * As `rdd_qp_post_send` for the `rdd_wr` of each entry; `wrs` points to
+ * `n` readable `rdd_ud_send`; `out_bad_index` is valid for a write of
+ * one `size_t`.
+ */
+rdd_status rdd_qp_post_send_ud(struct rdd_qp *qp,
+                               const struct rdd_ud_send *wrs,
+                               size_t n,
+                               size_t *out_bad_index);
 
 /**
  * Posts one RDMA WRITE of `length` bytes at `laddr` (local key `lkey`) to

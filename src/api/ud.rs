@@ -38,6 +38,22 @@ pub struct AhInit {
     pub dest: AddressVector,
 }
 
+impl AhInit {
+    /// The checks of [`Pd::create_ah`] that need no device call, for a
+    /// device whose port is `port_num`: [`Error::InvalidAttribute`] for an
+    /// SL above 15, a flow label wider than 20 bits or another port.
+    pub fn check(&self, port_num: u8) -> Result<()> {
+        let d = &self.dest;
+        if d.sl > 15 || d.flow_label >> 20 != 0 {
+            return Err(Error::InvalidAttribute);
+        }
+        if self.port_num != 0 && self.port_num != port_num {
+            return Err(Error::InvalidAttribute);
+        }
+        Ok(())
+    }
+}
+
 /// An address handle (`ibv_ah`): where UD sends go. It holds the mlx5
 /// address vector every UD WQE to that address carries
 /// (docs/spec/mlx5.md §3 "Datagram segment"). It can be used with any UD
@@ -68,12 +84,7 @@ impl<B: Backend> Pd<B> {
     pub fn create_ah(&self, init: &AhInit) -> Result<Ah<B>> {
         let b = &self.inner.b;
         let d = &init.dest;
-        if d.sl > 15 || d.flow_label >> 20 != 0 {
-            return Err(Error::InvalidAttribute);
-        }
-        if init.port_num != 0 && init.port_num != b.port().port_num {
-            return Err(Error::InvalidAttribute);
-        }
+        init.check(b.port().port_num)?;
         let av = b.create_ah(self.inner.pd, d)?;
         Ok(Ah {
             pd: Arc::clone(&self.inner),

@@ -5,7 +5,7 @@
 //! # Handles
 //!
 //! A handle (`rdd_device *`, `rdd_pd *`, `rdd_mr *`, `rdd_cq *`,
-//! `rdd_qp *`, `rdd_srq *`) is *not* the address of the object: it is an encoded slot
+//! `rdd_qp *`, `rdd_srq *`, `rdd_ah *`) is *not* the address of the object: it is an encoded slot
 //! reference, `generation << 32 | index << 8 | kind`, cast to a pointer
 //! type so C keeps its type checking. The library never dereferences a
 //! handle. Every call decodes it and checks it against a global slot table
@@ -32,7 +32,7 @@
 //!
 //! Parents know their children through reference counts (an `Arc` each
 //! child holds), so destroying a device with PDs or CQs, a PD with MRs or
-//! QPs, or a CQ with QPs returns `RDD_STATUS_RESOURCE_BUSY` and changes
+//! QPs or address handles, or a CQ with QPs returns `RDD_STATUS_RESOURCE_BUSY` and changes
 //! nothing.
 
 use core::mem::{align_of, size_of};
@@ -63,6 +63,9 @@ mod post;
 mod srq;
 mod srq_route;
 
+mod ud;
+mod ud_ops;
+
 mod ops;
 mod poll_n;
 
@@ -76,6 +79,8 @@ mod recover_tests;
 mod srq_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod ud_tests;
 
 pub use cq::*;
 pub use device::*;
@@ -89,6 +94,8 @@ pub use qp_query::*;
 pub use recover::*;
 pub use srq::*;
 pub use types::*;
+pub use ud::*;
+pub use ud_ops::*;
 
 pub(super) use objects::{MrObj, PdObj};
 pub(super) use post::post_library_wr;

@@ -409,6 +409,9 @@ pub(super) struct QpObj {
     /// its receive queue is then a one-entry stand-in that is never
     /// posted to (`_no_rq`, below) and never seen by the device.
     pub(super) srq: Option<SrqAttach>,
+    /// A UD QP (`rdd_qp_create_ud`): the largest datagram it sends (the
+    /// port's MTU); 0 for an RC QP.
+    pub(super) ud_mtu: u32,
     /// The stand-in receive queue's memory (QPs on an SRQ only).
     pub(super) _no_rq: Option<Box<crate::provider::mlx5::rq::AbsentRq>>,
     pub(super) _keep: Arc<dyn Any + Send + Sync>,

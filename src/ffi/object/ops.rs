@@ -18,6 +18,7 @@ use crate::api::QpDriver;
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::RDD_SEND_SOLICITED;
 use crate::ffi::wr::{RDD_SEND_DEFER_DOORBELL, RDD_SEND_FENCE, RDD_SEND_SIGNALED};
+use crate::provider::mlx5::SendQueue;
 use crate::wr::{Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
 
 use super::h;
@@ -27,9 +28,9 @@ use super::table::excl;
 use super::types::rdd_qp;
 
 /// The send flags that reach the WQE.
-const WQE_FLAGS: u32 = RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED;
+pub(super) const WQE_FLAGS: u32 = RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED;
 /// Every flag a per-opcode send accepts.
-const SEND_OP_FLAGS: u32 = WQE_FLAGS | RDD_SEND_DEFER_DOORBELL;
+pub(super) const SEND_OP_FLAGS: u32 = WQE_FLAGS | RDD_SEND_DEFER_DOORBELL;
 
 // ---------------------------------------------------------------------
 // The shared body
@@ -134,7 +135,37 @@ unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_statu
         QpImpl::Mlx5(o) => o,
         QpImpl::Driver(p) => return send_driver(&mut **p, wr, Some(&b), defer, &mut q.doorbells),
     };
-    let signaled = u64::from(wr.flags.contains(SendFlags::SIGNALED));
+    let signaled = wr.flags.contains(SendFlags::SIGNALED);
+    let s = metered_post(&b, &mut o.sq, signaled, |sq| {
+        // SAFETY: as in `send_op`.
+        unsafe {
+            if defer {
+                sq.post(wr)
+            } else {
+                sq.post_one(wr)
+            }
+        }
+    });
+    if s == rdd_status::Ok {
+        q.doorbells += u64::from(!defer);
+    }
+    s
+}
+
+/// One `post` (which writes one WR, `signaled` or not, and may ring) on a
+/// queue whose send CQ opted out of the sizing guard: it runs only with a
+/// spare CQ entry reserved for a CQE the signalling guard may add at the
+/// doorbell, and one for the WR's own if it is signaled (`CQ_FULL` and
+/// nothing posted if either is missing). The spare goes back unless the
+/// post's doorbell used it; a deferred WR's doorbell reserves its own
+/// (`rdd_qp_ring`).
+pub(super) fn metered_post(
+    b: &CqBudget,
+    sq: &mut SendQueue,
+    signaled: bool,
+    post: impl FnOnce(&mut SendQueue) -> crate::error::Result<()>,
+) -> rdd_status {
+    let signaled = u64::from(signaled);
     let spare = b.headroom.reserve(1);
     if spare == 0 {
         return rdd_status::CqFull;
@@ -143,22 +174,11 @@ unsafe fn send_metered(q: &mut QpObj, wr: &SendWr<'_>, defer: bool) -> rdd_statu
         b.headroom.unreserve(spare);
         return rdd_status::CqFull;
     }
-    let forced = o.sq.forced_signals();
-    // SAFETY: as in `send_op`.
-    let r = unsafe {
-        if defer {
-            o.sq.post(wr)
-        } else {
-            o.sq.post_one(wr)
-        }
-    };
-    match r {
+    let forced = sq.forced_signals();
+    match post(sq) {
         Ok(()) => {
-            // The spare goes back unless this call's doorbell used it; a
-            // deferred WR's doorbell reserves its own (`rdd_qp_ring`).
-            let used = u64::from(o.sq.forced_signals().wrapping_sub(forced));
+            let used = u64::from(sq.forced_signals().wrapping_sub(forced));
             b.headroom.unreserve(spare.saturating_sub(used));
-            q.doorbells += u64::from(!defer);
             rdd_status::Ok
         }
         Err(e) => {
@@ -196,7 +216,7 @@ fn send_driver(
 
 /// A one-SGE payload.
 #[inline(always)]
-fn one_sge(s: &[Sge; 1]) -> Payload<'_> {
+pub(super) fn one_sge(s: &[Sge; 1]) -> Payload<'_> {
     Payload::Sges(s)
 }
 
@@ -207,7 +227,10 @@ fn one_sge(s: &[Sge; 1]) -> Payload<'_> {
 /// # Safety
 /// A non-NULL `data` points to `length` readable bytes that live for `'a`.
 #[inline(always)]
-unsafe fn inline_piece<'a>(data: *const u8, length: u32) -> Result<&'a [u8], rdd_status> {
+pub(super) unsafe fn inline_piece<'a>(
+    data: *const u8,
+    length: u32,
+) -> Result<&'a [u8], rdd_status> {
     if length == 0 {
         return Ok(&[]);
     }

@@ -64,7 +64,7 @@ pub unsafe extern "C" fn rdd_qp_create(
 ) -> rdd_status {
     ffi_boundary!({
         // SAFETY: forwarded contract.
-        unsafe { create_qp_obj(pd, send_cq, recv_cq, None, init, out) }
+        unsafe { create_qp_obj(pd, send_cq, recv_cq, None, init, false, out) }
     })
 }
 
@@ -103,21 +103,22 @@ pub unsafe extern "C" fn rdd_qp_create_on_srq(
     ffi_boundary!({
         non_null!(srq);
         // SAFETY: forwarded contract.
-        unsafe { create_qp_obj(pd, send_cq, recv_cq, Some(h(srq)), init, out) }
+        unsafe { create_qp_obj(pd, send_cq, recv_cq, Some(h(srq)), init, false, out) }
     })
 }
 
-/// The body of `rdd_qp_create` and `rdd_qp_create_on_srq` (`srq`: the SRQ
-/// handle, non-NULL).
+/// The body of `rdd_qp_create`, `rdd_qp_create_on_srq` (`srq`: the SRQ
+/// handle, non-NULL) and their UD forms (`ud`, `ud.rs`).
 ///
 /// # Safety
 /// As `rdd_qp_create`.
-unsafe fn create_qp_obj(
+pub(super) unsafe fn create_qp_obj(
     pd: *mut rdd_pd,
     send_cq: *mut rdd_cq,
     recv_cq: *mut rdd_cq,
     srq: Option<usize>,
     init: *const rdd_qp_init,
+    ud: bool,
     out: *mut *mut rdd_qp,
 ) -> rdd_status {
     non_null!(out);
@@ -154,7 +155,12 @@ unsafe fn create_qp_obj(
     let mut qi = init.queue_sizes();
     qi.srq = srq_g.as_ref().map(|s| SrqId::from_srqn(s.srqn));
     let b = &p.backend;
-    let raw = match b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi) {
+    let created = if ud {
+        b.create_ud_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi)
+    } else {
+        b.create_qp(p.pd, scq.cqn, rcq_ref.cqn, &qi)
+    };
+    let raw = match created {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
@@ -177,6 +183,9 @@ unsafe fn create_qp_obj(
             let rq_slots = if no_rq.is_some() { 0 } else { dv.rq_wqe_cnt };
             let mut rq_wrid = vec![0u64; rq_slots as usize];
             let built = (|| {
+                let slots =
+                    NonNull::new(sq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?;
+                let (caps, n) = (raw.caps, sq_wrid.len());
                 // SAFETY: the descriptor names queue memory kept alive
                 // by `raw.keep` (held by the QpObj); the side tables
                 // are owned by the QpObj and their heap buffers never
@@ -184,14 +193,11 @@ unsafe fn create_qp_obj(
                 // registered regions (lkey, bounds, PD, access) before
                 // any access, and scatter-to-CQE is off on the pollers.
                 let sq = unsafe {
-                    SendQueue::from_raw(
-                        &dv,
-                        raw.qpn,
-                        raw.caps,
-                        cfg,
-                        NonNull::new(sq_wrid.as_mut_ptr()).ok_or(rdd_status::InvalidGeometry)?,
-                        sq_wrid.len(),
-                    )
+                    if ud {
+                        SendQueue::from_raw_ud(&dv, raw.qpn, caps, cfg, slots, n)
+                    } else {
+                        SendQueue::from_raw(&dv, raw.qpn, caps, cfg, slots, n)
+                    }
                 }?;
                 let rq = match no_rq.as_deref_mut() {
                     // SAFETY: as above.
@@ -228,8 +234,8 @@ unsafe fn create_qp_obj(
         RawQpPath::Driver(p) => {
             // The provider (libibverbs, or the verbs backend's own
             // rxe/siw rings) keeps the queues; signal-all QPs and QPs
-            // on an SRQ exist only on the mlx5 core.
-            if cfg.sig_all || srq_g.is_some() {
+            // on an SRQ exist only on the mlx5 core, and so do UD QPs.
+            if cfg.sig_all || srq_g.is_some() || ud {
                 drop(p);
                 let _ = b.destroy_qp(raw.qpn);
                 return rdd_status::Unsupported;
@@ -315,6 +321,7 @@ unsafe fn create_qp_obj(
         _rq_wrid: rq_wrid,
         mlx5_dv,
         srq: attach,
+        ud_mtu: if ud { b.port().mtu.max(256) } else { 0 },
         _no_rq: no_rq,
         _keep: raw.keep,
         _pd_link: Arc::clone(&p.link),
@@ -601,6 +608,10 @@ pub(super) fn checked_steps(
     remote: &rdd_qp_info,
     attr: &rdd_connect_attr,
 ) -> Result<([QpModify; 3], QpConnection), rdd_status> {
+    if q.ud_mtu != 0 {
+        // A UD QP has no peer (`rdd_qp_ready_ud`).
+        return Err(rdd_status::InvalidAttribute);
+    }
     let port = q.backend.port();
     if port.transport == crate::api::Transport::Iwarp {
         // iWARP connects through rdma_cm only.

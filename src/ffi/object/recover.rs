@@ -98,9 +98,10 @@ pub unsafe extern "C" fn rdd_qp_recover(
             Some(unsafe { peer.read_unaligned() })
         };
         let g = try_status!(excl::<QpObj>(h(qp)));
-        if g.srq.is_some() {
-            // Its drain would poll SRQ receives without the SRQ (as
-            // `api::Qp::drain_and_reset`, not yet): nothing changes.
+        if g.srq.is_some() || g.ud_mtu != 0 {
+            // A QP on an SRQ: its drain would poll SRQ receives without
+            // the SRQ; a UD QP reconnects to nothing. Neither is recovered
+            // yet (as `api::Qp::drain_and_reset`): nothing changes.
             return rdd_status::Unsupported;
         }
         if let Some(p) = &peer {

@@ -32,6 +32,8 @@ pub(in crate::ffi) const KIND_POOL: u8 = 6;
 pub(in crate::ffi) const KIND_EXPOSURE: u8 = 7;
 /// A shared receive queue (`srq.rs`).
 pub(super) const KIND_SRQ: u8 = 8;
+/// An address handle (`ud.rs`).
+pub(super) const KIND_AH: u8 = 9;
 
 const INDEX_SHIFT: u32 = 8;
 const INDEX_BITS: u32 = 20;

@@ -34,8 +34,8 @@ pub struct rdd_cq {
     _private: [u8; 0],
 }
 
-/// A reliable-connected queue pair (opaque handle): `rdd_qp_create` /
-/// `rdd_qp_destroy`.
+/// A queue pair (opaque handle), reliable-connected (`rdd_qp_create`) or
+/// unreliable-datagram (`rdd_qp_create_ud`); `rdd_qp_destroy`.
 pub struct rdd_qp {
     _private: [u8; 0],
 }
