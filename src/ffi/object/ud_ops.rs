@@ -17,7 +17,7 @@ use crate::provider::mlx5::{SendQueue, UdDest};
 use crate::wr::{inline_length, total_length, Payload, SendFlags, SendOp, SendWr, Sge};
 
 use super::objects::{QpImpl, QpObj};
-use super::ops::{inline_piece, metered_post, one_sge, SEND_OP_FLAGS, WQE_FLAGS};
+use super::ops::{inline_piece, metered_post, one_sge, op_wr};
 use super::table::{excl, shared, Shared};
 use super::types::rdd_qp;
 use super::ud::{rdd_ah, AhObj};
@@ -132,18 +132,7 @@ unsafe fn send_ud_op(
     flags: u32,
 ) -> rdd_status {
     let mut g = try_status!(excl::<QpObj>(h(qp)));
-    if flags & !SEND_OP_FLAGS != 0 {
-        return rdd_status::InvalidFlags;
-    }
-    if let Some(s) = payload_err {
-        return s;
-    }
-    let wr = SendWr {
-        wr_id,
-        op,
-        payload,
-        flags: SendFlags(flags & WQE_FLAGS),
-    };
+    let wr = try_status!(op_wr(wr_id, op, payload, payload_err, flags));
     let q: &mut QpObj = &mut g;
     let a = try_status!(ud_target(q, ah, &wr));
     let dest = UdDest::new(&a.av, remote_qpn, qkey);
