@@ -725,6 +725,19 @@ static void ud_case_send_refusals(void)
     CHECK_EQ(ud_doorbells(e.a), da + 1);
     ud_step(&e);
     CHECK_EQ(ud_drain(&e, wc, 8), 2);
+
+    /* The submission service posts RC work: a UD QP is refused. */
+    {
+        rdd_cq *cq2;
+        rdd_submit_service *svc = NULL;
+        MUST(rdd_cq_create(e.dev, 256, &cq2));
+        MUST(rdd_qp_create_ud(e.pd, cq2, cq2, NULL, &fresh));
+        MUST(rdd_qp_ready_ud(fresh, UD_QKEY));
+        CHECK_EQ(rdd_submit_create(fresh, cq2, NULL, &svc), RDD_STATUS_UNSUPPORTED);
+        CHECK(svc == NULL);
+        CHECK_EQ(rdd_qp_destroy(fresh), RDD_STATUS_OK);
+        CHECK_EQ(rdd_cq_destroy(cq2), RDD_STATUS_OK);
+    }
     ud_env_close(&e);
 }
 

@@ -4565,7 +4565,9 @@ rdd_status rdd_pool_destroy(struct rdd_pool *pool);
  * service drives `qp` already: one service per QP),
  * `INVALID_ARGUMENT` (the CQ rule above; non-zero `flags`/`reserved`;
  * `max_outstanding` above `RDD_SUBMIT_MAX_OUTSTANDING` or `max_batch`
- * above `RDD_SUBMIT_MAX_BATCH`), `RESOURCE_EXHAUSTED` (no handle slot).
+ * above `RDD_SUBMIT_MAX_BATCH`), `UNSUPPORTED` (a UD QP,
+ * `rdd_qp_create_ud`: the service posts RC work requests),
+ * `RESOURCE_EXHAUSTED` (no handle slot).
  *
  * # Safety
  * `cfg` is NULL or valid for reads of one `rdd_submit_config`; `out` is

@@ -697,11 +697,16 @@ pub(super) fn modify_obj(q: &mut QpObj, m: &QpModify) -> Result<(), rdd_status> 
 }
 
 /// Marks `qp` as driven by a submission service (`rdd_submit_create`):
-/// `RESOURCE_BUSY` if another service drives it already (two services on
+/// `UNSUPPORTED` for a UD QP, `RESOURCE_BUSY` if another service drives
+/// it already (two services on
 /// one QP would take each other's completions), the handle statuses of a
 /// shared acquisition otherwise.
 pub(in crate::ffi) fn claim_for_service(qp: usize) -> Result<(), rdd_status> {
     let g = shared::<QpObj>(qp)?;
+    if g.ud_mtu != 0 {
+        // The service posts RC work requests, which a UD QP refuses.
+        return Err(rdd_status::Unsupported);
+    }
     // Relaxed: the flag guards nothing but itself; the CAS makes one of
     // two racing claims fail.
     match g.serviced.compare_exchange(

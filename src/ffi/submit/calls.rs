@@ -28,8 +28,8 @@ use super::types::{
 // Objects
 // ---------------------------------------------------------------------
 
-/// Handle kinds of this module. `ffi::object`'s table lists kinds 1..=7
-/// (device, PD, MR, CQ, QP, pool, exposure); these sit well apart from
+/// Handle kinds of this module. `ffi::object`'s table lists kinds 1..=9
+/// (device, PD, MR, CQ, QP, pool, exposure, SRQ, AH); these sit well apart from
 /// them so a new kind added there cannot collide.
 const KIND_SUBMIT_SERVICE: u8 = 0x40;
 const KIND_SUBMITTER: u8 = 0x41;
@@ -97,7 +97,9 @@ pub(super) fn check_array<T>(p: *const T, n: usize) -> Result<(), rdd_status> {
 /// service drives `qp` already: one service per QP),
 /// `INVALID_ARGUMENT` (the CQ rule above; non-zero `flags`/`reserved`;
 /// `max_outstanding` above `RDD_SUBMIT_MAX_OUTSTANDING` or `max_batch`
-/// above `RDD_SUBMIT_MAX_BATCH`), `RESOURCE_EXHAUSTED` (no handle slot).
+/// above `RDD_SUBMIT_MAX_BATCH`), `UNSUPPORTED` (a UD QP,
+/// `rdd_qp_create_ud`: the service posts RC work requests),
+/// `RESOURCE_EXHAUSTED` (no handle slot).
 ///
 /// # Safety
 /// `cfg` is NULL or valid for reads of one `rdd_submit_config`; `out` is
