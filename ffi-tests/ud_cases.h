@@ -458,6 +458,58 @@ static void ud_case_drops(void)
     ud_env_close(&e);
 }
 
+/*
+ * Thread mode: the device runs by itself; 200 datagrams a -> b and back,
+ * each receive waited for with rdd_cq_wait (event and adaptive modes).
+ */
+static void ud_case_thread(void)
+{
+    struct ud_env e;
+    rdd_qp *qps[3];
+    unsigned r, got = 0;
+    ud_env_open(&e);
+    qps[0] = e.a;
+    qps[1] = e.b;
+    qps[2] = e.rc;
+    MUST(rdd_device_start(e.dev));
+    for (r = 0; r < 200; r++) {
+        int back = (int)(r & 1);
+        rdd_qp *from = back ? e.b : e.a;
+        rdd_qp *to = back ? e.a : e.b;
+        uint32_t to_qpn = back ? e.aqpn : e.bqpn;
+        size_t roff = (size_t)(r % 64) * UD_SLOT;
+        unsigned seen = 0, tries;
+        e.buf[UD_SEND_OFF + r % 64] = (uint8_t)r;
+        MUST(rdd_qp_recv(to, 2000 + r, ud_addr(&e, roff), UD_SLOT, e.lkey, 0));
+        MUST(rdd_qp_send_ud(from, back ? e.ahg : e.ah, to_qpn, UD_QKEY, r,
+                            ud_addr(&e, UD_SEND_OFF + r % 64), 1, e.lkey, RDD_SEND_SIGNALED));
+        for (tries = 0; tries < 100 && seen < 2; tries++) {
+            rdd_wc wc[4];
+            size_t n = 0, i;
+            rdd_status s = rdd_cq_wait(e.cq, qps, 3, wc, 4,
+                                       back ? RDD_WAIT_EVENT : RDD_WAIT_ADAPTIVE,
+                                       100000000ull, &n);
+            if (s == RDD_STATUS_TIMEOUT) {
+                continue;
+            }
+            CHECK_EQ(s, RDD_STATUS_OK);
+            for (i = 0; i < n; i++) {
+                CHECK_EQ(wc[i].status, RDD_WC_SUCCESS);
+                if (wc[i].wr_id == 2000 + r) {
+                    CHECK_EQ(wc[i].byte_len, UD_GRH + 1);
+                    CHECK_EQ(e.buf[roff + UD_GRH], (uint8_t)r);
+                    got++;
+                }
+            }
+            seen += (unsigned)n;
+        }
+        CHECK_EQ(seen, 2);
+    }
+    CHECK_EQ(got, 200);
+    MUST(rdd_device_stop(e.dev));
+    ud_env_close(&e);
+}
+
 /* A receive shorter than 40 + the datagram completes in error. */
 static void ud_case_short_recv(void)
 {
@@ -748,6 +800,7 @@ static int run_ud_tests(const char *name)
     ud_case_imm_inline();
     ud_case_drops();
     ud_case_short_recv();
+    ud_case_thread();
     ud_case_srq();
     ud_case_ah_refusals();
     ud_case_send_refusals();

@@ -4184,8 +4184,12 @@ rdd_status rdd_qp_send_ud_inline(struct rdd_qp *qp,
 /**
  * Posts the UD sends `wrs[0..n]`: the generic form of `rdd_qp_send_ud`
  * (SGE lists, `RDD_SEND_INLINE`, immediate data), with the batch rules of
- * `rdd_qp_post_send`. Each entry is checked as `rdd_qp_send_ud` checks
- * its send, then as `rdd_qp_post_send` checks its `rdd_wr`; the call
+ * `rdd_qp_post_send`. Each entry's `rdd_wr` is checked as
+ * `rdd_qp_post_send` checks it (flags, opcode, SGE list or inline
+ * pieces), then its destination and size as `rdd_qp_send_ud` checks them
+ * (the address handle, a UD QP of its PD, the MTU), then the rest as
+ * `rdd_qp_send_ud` (the QP number, the opcode: RDMA and atomics are
+ * `UNSUPPORTED`, the QP's limits and state); the call
  * stops at the first rejected one: those before it are posted and rung
  * (once for the batch), it and those after are not, its status is
  * returned and `*out_bad_index` is its index (0 when the `wrs` array

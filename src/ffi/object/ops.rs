@@ -28,9 +28,9 @@ use super::table::excl;
 use super::types::rdd_qp;
 
 /// The send flags that reach the WQE.
-const WQE_FLAGS: u32 = RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED;
+pub(super) const WQE_FLAGS: u32 = RDD_SEND_FENCE | RDD_SEND_SIGNALED | RDD_SEND_SOLICITED;
 /// Every flag a per-opcode send accepts.
-const SEND_OP_FLAGS: u32 = WQE_FLAGS | RDD_SEND_DEFER_DOORBELL;
+pub(super) const SEND_OP_FLAGS: u32 = WQE_FLAGS | RDD_SEND_DEFER_DOORBELL;
 
 // ---------------------------------------------------------------------
 // The shared body
@@ -54,7 +54,18 @@ unsafe fn send_op(
     flags: u32,
 ) -> rdd_status {
     let mut g = try_status!(excl::<QpObj>(h(qp)));
-    let wr = try_status!(op_wr(wr_id, op, payload, payload_err, flags));
+    if flags & !SEND_OP_FLAGS != 0 {
+        return rdd_status::InvalidFlags;
+    }
+    if let Some(s) = payload_err {
+        return s;
+    }
+    let wr = SendWr {
+        wr_id,
+        op,
+        payload,
+        flags: SendFlags(flags & WQE_FLAGS),
+    };
     let defer = flags & RDD_SEND_DEFER_DOORBELL != 0;
     let q: &mut QpObj = &mut g;
     let metered = q.send_budget.metered();
@@ -82,31 +93,6 @@ unsafe fn send_op(
         // SAFETY: forwarded contract.
         _ => unsafe { send_cold(q, wr, defer) },
     }
-}
-
-/// The WR of a per-opcode send, once its QP is held: `INVALID_FLAGS` for
-/// a flag the per-opcode calls do not take, then `payload_err` (a payload
-/// the caller found invalid).
-#[inline(always)]
-pub(super) fn op_wr(
-    wr_id: u64,
-    op: SendOp,
-    payload: Payload<'_>,
-    payload_err: Option<rdd_status>,
-    flags: u32,
-) -> Result<SendWr<'_>, rdd_status> {
-    if flags & !SEND_OP_FLAGS != 0 {
-        return Err(rdd_status::InvalidFlags);
-    }
-    if let Some(s) = payload_err {
-        return Err(s);
-    }
-    Ok(SendWr {
-        wr_id,
-        op,
-        payload,
-        flags: SendFlags(flags & WQE_FLAGS),
-    })
 }
 
 /// [`send_op`] off the hot path: an unguarded send CQ, or a
