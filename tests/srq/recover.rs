@@ -126,7 +126,10 @@ fn a_qp_on_an_srq_recovers_and_the_srq_keeps_its_receives() {
     );
     for k in 0..3usize {
         let at = (k + 1) * 64;
-        assert_eq!(&dst.as_slice()[at..at + 8], &src.as_slice()[k * 8..k * 8 + 8]);
+        assert_eq!(
+            &dst.as_slice()[at..at + 8],
+            &src.as_slice()[k * 8..k * 8 + 8]
+        );
     }
     let wa = r.poll_a();
     assert_eq!(wa.len(), 3);
