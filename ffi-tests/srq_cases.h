@@ -434,9 +434,11 @@ static void srq_test_refusals(void)
     CHECK_EQ(rdd_qp_recv(e.rqp[0], 9, sg[0].addr, 64, e.lkey, RDD_SEND_DEFER_DOORBELL),
              RDD_STATUS_INVALID_ATTRIBUTE);
     CHECK_EQ(rdd_qp_ring(e.rqp[0]), RDD_STATUS_OK);
-    /* Recovery of a QP on an SRQ is not there yet: refused, unchanged. */
+    /* Recovery needs CQs that serve only the QP: rqp[0] shares its CQ
+     * with rqp[1], so it is refused, unchanged (srq_test_recover recovers
+     * a QP on an SRQ that has its own). */
     CHECK_EQ(rdd_qp_recover(e.rqp[0], NULL, NULL, 1000000ull, NULL, NULL, NULL),
-             RDD_STATUS_UNSUPPORTED);
+             RDD_STATUS_RESOURCE_BUSY);
     CHECK_EQ(rdd_qp_query_caps(e.rqp[0], &caps), RDD_STATUS_OK);
     CHECK_EQ(caps.max_recv_sge, 0);
     /* The one receive posted above (wr_id 1) is the only one the SRQ
@@ -612,8 +614,145 @@ static void srq_test_receive_error(void)
     srq_env_close(&e);
 }
 
+/* What rdd_qp_recover reported, in order. */
+struct srq_seen {
+    uint64_t wr_id[8];
+    uint32_t status[8];
+    unsigned n;
+};
+
+static void srq_record(void *ctx, const rdd_wc *wc)
+{
+    struct srq_seen *s = (struct srq_seen *)ctx;
+    if (s->n < 8) {
+        s->wr_id[s->n] = wc->wr_id;
+        s->status[s->n] = wc->status;
+    }
+    s->n++;
+}
+
+/* Polls `cq` until `want` completions, bounded; steps `dev` first in each
+ * round unless it is NULL (its device thread runs). */
+static size_t srq_wait_n(rdd_device *dev, rdd_cq *cq, rdd_wc *out, size_t want)
+{
+    size_t got = 0;
+    unsigned rounds = 0;
+    while (got < want && rounds++ < 2000000u) {
+        int k;
+        if (dev != NULL) {
+            size_t work = 0;
+            MUST(rdd_device_step(dev, &work));
+        }
+        k = rdd_cq_poll_n(cq, out + got, (uint32_t)(want - got));
+        CHECK(k >= 0);
+        if (k > 0) {
+            got += (size_t)k;
+        }
+    }
+    return got;
+}
+
+/*
+ * rdd_qp_recover of a QP on an SRQ with CQs of its own: its failed and
+ * flushed sends are reported, it is reconnected, and the receives still in
+ * the SRQ serve it afterwards, in order.
+ */
+static void srq_test_recover(void)
+{
+    struct srq_env e;
+    rdd_cq *tcq, *xcq;
+    rdd_qp *tx, *rx;
+    rdd_qp_info ti, xi;
+    rdd_recovery rec;
+    struct srq_seen seen;
+    rdd_wc wc[4];
+    rdd_sge s;
+    rdd_wr w[2];
+    size_t bad = 0;
+    unsigned k;
+
+    srq_env_open(&e, 16);
+    MUST(rdd_cq_create(e.dev, 256, &tcq));
+    MUST(rdd_cq_create(e.dev, 256, &xcq));
+    MUST(rdd_qp_create(e.pd, tcq, tcq, NULL, &tx));
+    MUST(rdd_qp_create_on_srq(e.pd, xcq, xcq, e.srq, NULL, &rx));
+    MUST(rdd_qp_query_info(tx, &ti));
+    MUST(rdd_qp_query_info(rx, &xi));
+    MUST(rdd_qp_connect(tx, &xi, NULL));
+    MUST(rdd_qp_connect(rx, &ti, NULL));
+    for (k = 0; k < 4; k++) {
+        MUST(rdd_srq_recv(e.srq, 200 + k, (uint64_t)(uintptr_t)(e.buf + k * SRQ_SLOT), SRQ_SLOT,
+                          e.lkey, 0));
+    }
+    s = srq_sge(&e, srq_send_off(0), 16);
+    e.buf[srq_send_off(0)] = 0x41;
+    MUST(rdd_qp_send(tx, 1, s.addr, s.length, s.lkey, RDD_SEND_SIGNALED));
+    CHECK_EQ(srq_wait_n(e.dev, xcq, wc, 1), 1);
+    CHECK_EQ(wc[0].wr_id, 200);
+    CHECK_EQ(wc[0].status, RDD_WC_SUCCESS);
+    CHECK_EQ(wc[0].qp_num, xi.qpn);
+    CHECK_EQ(srq_wait_n(e.dev, tcq, wc, 1), 1);
+
+    /* The SRQ QP breaks: a send with a bad lkey, then one the error
+     * flushes. */
+    memset(w, 0, sizeof(w));
+    s.lkey = 0xdeadbeefu;
+    w[0].wr_id = 50;
+    w[0].opcode = RDD_WR_SEND;
+    w[0].flags = RDD_SEND_SIGNALED;
+    w[0].sg_list = &s;
+    w[0].num_sge = 1;
+    w[1] = w[0];
+    w[1].wr_id = 51;
+    MUST(rdd_qp_post_send(rx, &w[0], 1, &bad));
+    MUST(rdd_qp_post_send(rx, &w[1], 1, &bad));
+    for (k = 0; k < 8; k++) {
+        size_t work = 0;
+        MUST(rdd_device_step(e.dev, &work));
+    }
+    /* From here on the device thread runs (recovery waits for it). */
+    MUST(rdd_device_start(e.dev));
+
+    /* The requester drains and stays in RESET; the SRQ QP recovers towards
+     * it; the requester connects back. */
+    MUST(rdd_qp_recover(tx, NULL, NULL, 10000000000ull, NULL, NULL, NULL));
+    MUST(rdd_qp_query_info(tx, &ti));
+    memset(&seen, 0, sizeof(seen));
+    memset(&rec, 0, sizeof(rec));
+    MUST(rdd_qp_recover(rx, &ti, NULL, 10000000000ull, srq_record, &seen, &rec));
+    CHECK_EQ(seen.n, 2);
+    CHECK_EQ(seen.wr_id[0], 50);
+    CHECK_EQ(seen.status[0], RDD_WC_LOC_PROT_ERR);
+    CHECK_EQ(seen.wr_id[1], 51);
+    CHECK_EQ(seen.status[1], RDD_WC_WR_FLUSH_ERR);
+    CHECK_EQ(rec.reported, 2);
+    CHECK_EQ(rec.has_failure, 1);
+    CHECK_EQ(rec.failure.wr_id, 50);
+    MUST(rdd_qp_query_info(rx, &xi));
+    MUST(rdd_qp_connect(tx, &xi, NULL));
+
+    /* The three receives the SRQ still holds serve it, in order. */
+    for (k = 0; k < 3; k++) {
+        MUST(rdd_qp_send(tx, 10 + k, s.addr, s.length, e.lkey, RDD_SEND_SIGNALED));
+    }
+    CHECK_EQ(srq_wait_n(NULL, xcq, wc, 3), 3);
+    for (k = 0; k < 3; k++) {
+        CHECK_EQ(wc[k].wr_id, 201 + k);
+        CHECK_EQ(wc[k].status, RDD_WC_SUCCESS);
+        CHECK_EQ(wc[k].qp_num, xi.qpn);
+        CHECK_EQ(e.buf[(1 + k) * SRQ_SLOT], 0x41);
+    }
+    CHECK_EQ(srq_wait_n(NULL, tcq, wc, 3), 3);
+    CHECK_EQ(rdd_qp_destroy(rx), RDD_STATUS_OK);
+    CHECK_EQ(rdd_qp_destroy(tx), RDD_STATUS_OK);
+    CHECK_EQ(rdd_cq_destroy(xcq), RDD_STATUS_OK);
+    CHECK_EQ(rdd_cq_destroy(tcq), RDD_STATUS_OK);
+    srq_env_close(&e);
+}
+
 static int run_srq_tests(const char *name)
 {
+    srq_test_recover();
     srq_test_receive_error();
     srq_test_many_qps();
     srq_test_limit_event();

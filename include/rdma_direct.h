@@ -3839,8 +3839,12 @@ const char *rdd_qp_state_name(uint32_t state);
  *
  * The QP's CQs must serve only this QP (another QP's completions would be
  * consumed): otherwise `RESOURCE_BUSY`. A QP on an SRQ
- * (`rdd_qp_create_on_srq`) is not recovered yet: `UNSUPPORTED`, nothing
- * changed. Gives up with `TIMEOUT` after
+ * (`rdd_qp_create_on_srq`) drains through its CQs' SRQs: only the
+ * receives it had taken from the SRQ are flushed (reported to `on_wc`,
+ * their WQEs back on the SRQ's free list), every other receive stays in
+ * the SRQ; after the send work it takes the receive completions the CQs
+ * hold before the reset. A UD QP is `UNSUPPORTED`, nothing changed.
+ * Gives up with `TIMEOUT` after
  * `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
  * count of completions reported and the first failed WR.
  *

@@ -13,12 +13,12 @@ use crate::completion::{QpState, Wc};
 use crate::ffi::mlx5::rdd_wc;
 use crate::ffi::status::rdd_status;
 
-use super::cq::{poll_counted, QpList};
+use super::cq::{poll_counted, poll_counted_srqs, QpList};
 use super::objects::{CqObj, QpObj};
 use super::qp::{
     checked_steps, connect_attr_or_default, connect_obj, failed_wr_c, modify_obj, rdd_failed_wr,
 };
-use super::table::excl;
+use super::table::{excl, Excl};
 use super::types::{rdd_connect_attr, rdd_qp, rdd_qp_info};
 use super::{h, put};
 
@@ -70,8 +70,12 @@ const_assert_eq!(size_of::<rdd_recovery>(), 72);
 ///
 /// The QP's CQs must serve only this QP (another QP's completions would be
 /// consumed): otherwise `RESOURCE_BUSY`. A QP on an SRQ
-/// (`rdd_qp_create_on_srq`) is not recovered yet: `UNSUPPORTED`, nothing
-/// changed. Gives up with `TIMEOUT` after
+/// (`rdd_qp_create_on_srq`) drains through its CQs' SRQs: only the
+/// receives it had taken from the SRQ are flushed (reported to `on_wc`,
+/// their WQEs back on the SRQ's free list), every other receive stays in
+/// the SRQ; after the send work it takes the receive completions the CQs
+/// hold before the reset. A UD QP is `UNSUPPORTED`, nothing changed.
+/// Gives up with `TIMEOUT` after
 /// `timeout_ns` nanoseconds of draining. `*out` (if non-NULL) receives the
 /// count of completions reported and the first failed WR.
 ///
@@ -98,12 +102,14 @@ pub unsafe extern "C" fn rdd_qp_recover(
             Some(unsafe { peer.read_unaligned() })
         };
         let g = try_status!(excl::<QpObj>(h(qp)));
-        if g.srq.is_some() || g.ud_mtu != 0 {
-            // A QP on an SRQ: its drain would poll SRQ receives without
-            // the SRQ; a UD QP reconnects to nothing. Neither is recovered
-            // yet (as `api::Qp::drain_and_reset`): nothing changes.
+        if g.ud_mtu != 0 {
+            // A UD QP reconnects to nothing; it is not recovered yet (as
+            // `api::Qp::drain_and_reset`): nothing changes.
             return rdd_status::Unsupported;
         }
+        // A QP on an SRQ drains through its CQs' bound SRQs (as
+        // `api::Qp::drain_and_reset_on_srq`).
+        let on_srq = g.srq.is_some();
         if let Some(p) = &peer {
             // Bad reconnect inputs are refused before anything is drained
             // (a refused call changes nothing); iWARP's UNSUPPORTED still
@@ -139,7 +145,6 @@ pub unsafe extern "C" fn rdd_qp_recover(
         let outstanding = |l: &mut QpList| l.as_mut_slice()[0].q.get_mut().outstanding();
         let deadline = std::time::Instant::now() + Duration::from_nanos(timeout_ns);
         let mut reported = 0u64;
-        let mut wc = [Wc::default(); 32];
         let mut marker = false;
         while outstanding(&mut list) != 0 {
             if !marker {
@@ -151,29 +156,29 @@ pub unsafe extern "C" fn rdd_qp_recover(
                     Err(e) => return e.into(),
                 };
             }
-            let mut n = 0;
-            for cq in core::iter::once(&mut scq).chain(rcq.as_mut()) {
-                let budget = Arc::clone(&cq.budget);
-                let m = match poll_counted(cq.cq.get_mut(), &budget, &mut list, &mut wc) {
-                    Ok(m) => m,
-                    Err(e) => return e.into(),
-                };
-                if let Some(f) = on_wc {
-                    for w in &wc[..m] {
-                        // SAFETY: the caller's contract on `on_wc`;
-                        // `rdd_wc` has the layout of `Wc` (asserted in the
-                        // mlx5 module).
-                        unsafe { f(ctx, (w as *const Wc).cast::<rdd_wc>()) };
-                    }
-                }
-                n += m;
-            }
+            let n = match poll_both(&mut list, &mut scq, rcq.as_mut(), on_wc, ctx) {
+                Ok(n) => n,
+                Err(s) => return s,
+            };
             reported += n as u64;
             if n == 0 {
                 if std::time::Instant::now() >= deadline {
                     return rdd_status::Timeout;
                 }
                 std::thread::yield_now();
+            }
+        }
+        // On an SRQ, receive completions the device wrote (flushed
+        // receives the QP had taken) are not counted as outstanding: take
+        // what the CQs hold now, before the reset, so none is left for
+        // the reconnected QP to meet.
+        if on_srq {
+            loop {
+                match poll_both(&mut list, &mut scq, rcq.as_mut(), on_wc, ctx) {
+                    Ok(0) => break,
+                    Ok(n) => reported += n as u64,
+                    Err(s) => return s,
+                }
             }
         }
         // After the drain (the failed WR's completion may be among those
@@ -203,4 +208,36 @@ pub unsafe extern "C" fn rdd_qp_recover(
         }
         rdd_status::Ok
     })
+}
+
+/// One poll of the recovering QP's send CQ and (if it has its own) receive
+/// CQ, through their bound SRQs if any, each completion handed to `on_wc`.
+/// Returns how many there were.
+fn poll_both(
+    list: &mut QpList,
+    scq: &mut CqObj,
+    rcq: Option<&mut Excl<CqObj>>,
+    on_wc: rdd_wc_fn,
+    ctx: *mut c_void,
+) -> Result<usize, rdd_status> {
+    let mut wc = [Wc::default(); 32];
+    let mut n = 0;
+    for co in core::iter::once(scq).chain(rcq.map(|r| &mut **r)) {
+        let budget = Arc::clone(&co.budget);
+        let m = if co.srqs.is_empty() {
+            poll_counted(co.cq.get_mut(), &budget, list, &mut wc)
+        } else {
+            poll_counted_srqs(co.cq.get_mut(), &budget, list, &co.srqs, &mut wc)
+        }
+        .map_err(rdd_status::from)?;
+        if let Some(f) = on_wc {
+            for w in &wc[..m] {
+                // SAFETY: the caller's contract on `on_wc`; `rdd_wc` has
+                // the layout of `Wc` (asserted in the mlx5 module).
+                unsafe { f(ctx, (w as *const Wc).cast::<rdd_wc>()) };
+            }
+        }
+        n += m;
+    }
+    Ok(n)
 }
