@@ -148,6 +148,36 @@ pub enum RawSrqPath {
     Mlx5(SrqGeometry),
 }
 
+/// What a backend hands out for a provider-posted shared receive queue
+/// ([`Backend::create_driver_srq`]: the verbs fallback's
+/// `ibv_post_srq_recv`). Its receives complete through a [`CqDriver`],
+/// which reports their wr_ids itself.
+///
+/// A type of its own rather than a second [`RawSrqPath`] variant: the C
+/// object level (src/ffi/object/srq.rs) takes every [`RawSrq`] as an mlx5
+/// ring, and keeps refusing SRQs on backends that only have this kind
+/// with [`Error::Unsupported`] from [`Backend::create_srq`].
+pub struct RawDriverSrq {
+    /// The posting side.
+    pub driver: Box<dyn SrqDriver>,
+    /// SRQ number (a backend-chosen handle, never 0).
+    pub srqn: u32,
+    /// Granted sizes (the limit is 0: not armed).
+    pub attr: SrqAttr,
+    /// Keeps the device alive.
+    pub keep: Arc<dyn Any + Send + Sync>,
+}
+
+/// The posting side of a provider-posted shared receive queue.
+///
+/// Implementations validate every WR with the crate's receive rules
+/// (same typed errors as [`crate::provider::mlx5::Srq::post_list`]) before
+/// handing it to the provider, and stop at the first refused WR.
+pub trait SrqDriver: Send {
+    /// Posts receive WRs to the SRQ.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError>;
+}
+
 /// What a backend hands out for a shared receive queue.
 pub struct RawSrq {
     /// The queue.
@@ -245,6 +275,14 @@ pub trait Backend: Send + Sync + 'static {
     /// receives of `max_sge` scatter entries. The default, for devices
     /// (or data paths) without SRQs, is [`Error::Unsupported`].
     fn create_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawSrq> {
+        let _ = (pd, max_wr, max_sge);
+        Err(Error::Unsupported)
+    }
+    /// Creates a provider-posted SRQ (for backends whose SRQs are not
+    /// mlx5 rings; [`Backend::create_srq`] is tried first and this only
+    /// when that is [`Error::Unsupported`]). The default is
+    /// [`Error::Unsupported`]. Every other SRQ call takes its `srqn`.
+    fn create_driver_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawDriverSrq> {
         let _ = (pd, max_wr, max_sge);
         Err(Error::Unsupported)
     }

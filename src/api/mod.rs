@@ -54,8 +54,8 @@ pub use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 
 pub use async_event::AsyncEvent;
 pub use backend::{
-    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawQp, RawQpPath, RawSrq,
-    RawSrqPath, Transport,
+    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawDriverSrq, RawQp,
+    RawQpPath, RawSrq, RawSrqPath, SrqDriver, Transport,
 };
 pub(crate) use connect::checked_connect_steps;
 pub(crate) use connect::connect_steps_for;

@@ -28,7 +28,7 @@ use crate::wr::RecvWr;
 
 use super::cq::{CqDemand, CqInner};
 use super::device::{Pd, PdInner};
-use super::{Backend, RawSrqPath};
+use super::{Backend, RawSrqPath, SrqDriver};
 
 /// Keys for [`SrqId::key`]: one per SRQ the API creates, never reused.
 static NEXT_KEY: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
@@ -109,11 +109,16 @@ impl<B: Backend> Drop for SrqInner<B> {
     }
 }
 
-/// The producer side of the ring and its side table.
-struct SrqQueue {
-    q: mlx5::Srq,
-    // The side table the queue points into; boxed so moves keep it put.
-    _slots: Box<[SrqSlot]>,
+/// The producer side of the SRQ.
+enum SrqQueue {
+    /// The mlx5 ring and its side table.
+    Mlx5 {
+        q: mlx5::Srq,
+        // The side table the queue points into; boxed so moves keep it put.
+        _slots: Box<[SrqSlot]>,
+    },
+    /// A provider-posted SRQ ([`SrqDriver`]).
+    Driver(Box<dyn SrqDriver>),
 }
 
 /// A shared receive queue (`ibv_srq`): receives posted here are taken, in
@@ -132,8 +137,9 @@ pub struct Srq<B: Backend> {
 }
 
 // SAFETY: the core queue only names memory kept alive by `inner` (the
-// backend's keep-alive) and the boxed side table owned here; an `Srq` is
-// used by one thread at a time (`&mut` for every data-path call).
+// backend's keep-alive) and the boxed side table owned here (a driver
+// queue is `Send` itself); an `Srq` is used by one thread at a time
+// (`&mut` for every data-path call).
 unsafe impl<B: Backend> Send for Srq<B> {}
 
 impl<B: Backend> Pd<B> {
@@ -142,14 +148,55 @@ impl<B: Backend> Pd<B> {
     /// limits decide the rest, the software device's being 32767 and 31).
     /// The granted sizes are in [`Srq::max_wr`] and [`Srq::max_sge`].
     /// Sizes out of range are [`Error::InvalidAttribute`]; a backend
-    /// without SRQs (the verbs backend for now) is [`Error::Unsupported`].
+    /// without SRQs is [`Error::Unsupported`] (the verbs backend has them
+    /// on its fallback data path only: on the mlx5 direct path and the
+    /// direct rxe/siw rings they are [`Error::Unsupported`], see
+    /// docs/status.md).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq<B>> {
         if max_wr == 0 || max_sge == 0 {
             return Err(Error::InvalidAttribute);
         }
         let b = &self.inner.b;
-        let raw = b.create_srq(self.inner.pd, max_wr, max_sge)?;
-        let RawSrqPath::Mlx5(geo) = raw.path;
+        let (queue, srqn, attr, keep) = match b.create_srq(self.inner.pd, max_wr, max_sge) {
+            Ok(raw) => {
+                let RawSrqPath::Mlx5(geo) = raw.path;
+                match Self::mlx5_queue(&geo) {
+                    Ok(q) => (q, raw.srqn, raw.attr, raw.keep),
+                    Err(e) => {
+                        let _ = b.destroy_srq(raw.srqn);
+                        return Err(e);
+                    }
+                }
+            }
+            Err(Error::Unsupported) => {
+                let raw = b.create_driver_srq(self.inner.pd, max_wr, max_sge)?;
+                (SrqQueue::Driver(raw.driver), raw.srqn, raw.attr, raw.keep)
+            }
+            Err(e) => return Err(e),
+        };
+        let inner = Arc::new(SrqInner {
+            pd: Arc::clone(&self.inner),
+            srqn,
+            key: NEXT_KEY.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            attr,
+            uses: Mutex::new(SrqUses {
+                attached: 0,
+                destroyed: false,
+                cqs: Vec::new(),
+            }),
+            _keep: keep,
+        });
+        let mut reg = self.inner.srqs();
+        reg.retain(|w| w.strong_count() > 0);
+        reg.push(Arc::downgrade(&inner));
+        Ok(Srq {
+            inner,
+            queue: Some(queue),
+        })
+    }
+
+    /// The core's producer side over an mlx5 SRQ ring, with its side table.
+    fn mlx5_queue(geo: &mlx5::SrqGeometry) -> Result<SrqQueue> {
         let mut slots = vec![SrqSlot::default(); geo.nwqes as usize].into_boxed_slice();
         // SAFETY: the geometry names queue memory kept alive by `raw.keep`
         // (held by `SrqInner` for as long as this queue exists); the side
@@ -158,32 +205,10 @@ impl<B: Backend> Pd<B> {
         // before any access, and scatter-to-CQE is off on the API's pollers.
         let made = NonNull::new(slots.as_mut_ptr())
             .ok_or(Error::InvalidGeometry)
-            .and_then(|p| unsafe { mlx5::Srq::from_raw(&geo, p, slots.len()) });
-        let q = match made {
-            Ok(q) => q,
-            Err(e) => {
-                let _ = b.destroy_srq(raw.srqn);
-                return Err(e);
-            }
-        };
-        let inner = Arc::new(SrqInner {
-            pd: Arc::clone(&self.inner),
-            srqn: raw.srqn,
-            key: NEXT_KEY.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
-            attr: raw.attr,
-            uses: Mutex::new(SrqUses {
-                attached: 0,
-                destroyed: false,
-                cqs: Vec::new(),
-            }),
-            _keep: raw.keep,
-        });
-        let mut reg = self.inner.srqs();
-        reg.retain(|w| w.strong_count() > 0);
-        reg.push(Arc::downgrade(&inner));
-        Ok(Srq {
-            inner,
-            queue: Some(SrqQueue { q, _slots: slots }),
+            .and_then(|p| unsafe { mlx5::Srq::from_raw(geo, p, slots.len()) })?;
+        Ok(SrqQueue::Mlx5 {
+            q: made,
+            _slots: slots,
         })
     }
 
@@ -255,10 +280,13 @@ impl<B: Backend> Srq<B> {
                 error: Error::NoSuchObject,
             });
         };
-        // SAFETY: SGEs only reach the device, which checks every one
-        // against registered regions (lkey, bounds, PD, access) before any
-        // access; scatter-to-CQE is disabled on the API's pollers.
-        unsafe { s.q.post_list(wrs) }
+        match s {
+            // SAFETY: SGEs only reach the device, which checks every one
+            // against registered regions (lkey, bounds, PD, access) before
+            // any access; scatter-to-CQE is disabled on the API's pollers.
+            SrqQueue::Mlx5 { q, .. } => unsafe { q.post_list(wrs) },
+            SrqQueue::Driver(d) => d.post_recv(wrs),
+        }
     }
 
     /// Posts one receive and updates the doorbell record (as
@@ -325,6 +353,13 @@ impl<B: Backend> Srq<B> {
     /// A CQ that carries SRQ receive completions must be polled through
     /// this route: a route without the SRQ reports such an entry as
     /// [`Error::CqeCorrupt`] (it names no receive of the QP's own).
+    ///
+    /// On a provider-posted SRQ (the verbs fallback, [`SrqDriver`]) the
+    /// route is a pass-through: its CQs are driver CQs
+    /// ([`super::CqDriver`]), whose poller maps every completion back to
+    /// the user's wr_id and returns the SRQ's slot itself (a CQ polled
+    /// without this route reports the same completions). Polling through
+    /// it keeps one program correct on every path.
     pub fn route<'a, R: CqRoute + ?Sized>(&'a mut self, qps: &'a mut R) -> SrqRoute<'a, B, R> {
         SrqRoute { srq: self, qps }
     }
@@ -352,6 +387,11 @@ impl<B: Backend, R: CqRoute + ?Sized> CqRoute for SrqRoute<'_, B, R> {
         if srqn_uidx != self.srq.inner.srqn & 0x00ff_ffff {
             return None;
         }
-        self.srq.queue.as_mut().map(|s| &mut s.q)
+        match self.srq.queue.as_mut() {
+            Some(SrqQueue::Mlx5 { q, .. }) => Some(q),
+            // A driver SRQ's receives complete on a driver CQ, which never
+            // asks the route.
+            _ => None,
+        }
     }
 }

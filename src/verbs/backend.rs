@@ -8,8 +8,8 @@ use rdma_sys as sys;
 use super::attr::{access_bits, qp_attr};
 use super::device::CqEntry;
 use super::{check, fail, fail_errno, last_error, mlx5, path, uverbs, Raw, VerbsDevice};
-use crate::api::{Backend, MrKeys, PortInfo, RawCq, RawCqPath, RawQp, RawQpPath};
-use crate::attr::{Access, QpInit, QpModify};
+use crate::api::{Backend, MrKeys, PortInfo, RawCq, RawCqPath, RawDriverSrq, RawQp, RawQpPath};
+use crate::attr::{Access, QpInit, QpModify, SrqAttr};
 use crate::error::{Error, Result};
 use crate::wr::QpCaps;
 
@@ -245,16 +245,37 @@ impl Backend for VerbsDevice {
         Ok(())
     }
 
+    fn create_driver_srq(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawDriverSrq> {
+        self.srq_create(pd, max_wr, max_sge)
+    }
+
+    fn destroy_srq(&self, srqn: u32) -> Result<()> {
+        self.srq_destroy(srqn)
+    }
+
+    fn arm_srq_limit(&self, srqn: u32, limit: u32) -> Result<()> {
+        self.srq_arm(srqn, limit)
+    }
+
+    fn query_srq(&self, srqn: u32) -> Result<SrqAttr> {
+        self.srq_query(srqn)
+    }
+
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
-        if init.srq.is_some() {
-            // No SRQs on the verbs backend yet (mlx5, rxe/siw direct rings,
-            // the fallback): refused, never ignored (docs/status.md).
+        if init.srq.is_some() && !self.on_fallback() {
+            // SRQs exist on the fallback data path only (src/verbs/srq.rs):
+            // refused, never ignored (docs/status.md).
             return Err(Error::Unsupported);
         }
         let c = &self.caps;
+        // A QP on an SRQ has no receive queue: its receive sizes are unused.
+        let recv_wr = if init.srq.is_some() {
+            0
+        } else {
+            init.max_recv_wr
+        };
         if init.max_send_wr == 0
-            || (c.max_qp_wr != 0
-                && (init.max_send_wr > c.max_qp_wr || init.max_recv_wr > c.max_qp_wr))
+            || (c.max_qp_wr != 0 && (init.max_send_wr > c.max_qp_wr || recv_wr > c.max_qp_wr))
             || (c.max_sge != 0 && (init.max_send_sge > c.max_sge || init.max_recv_sge > c.max_sge))
         {
             return Err(Error::InvalidAttribute);
@@ -300,6 +321,16 @@ impl Backend for VerbsDevice {
                 keep: self.ctx.clone(),
             });
         }
+        let srq = match init.srq {
+            None => None,
+            Some(id) => {
+                let e = t.srqs.get(&id.srqn).ok_or(Error::NoSuchObject)?;
+                if e.pd != pd {
+                    return Err(Error::InvalidAttribute);
+                }
+                Some((id.srqn, e.srq.0, Arc::clone(&e.track)))
+            }
+        };
         // SAFETY: all-zero is a valid ibv_qp_init_attr.
         let mut ia: sys::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
         ia.send_cq = scq;
@@ -307,6 +338,11 @@ impl Backend for VerbsDevice {
         ia.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         ia.sq_sig_all = 0;
         ia.cap = cap;
+        if let Some((_, p, _)) = &srq {
+            ia.srq = *p;
+            ia.cap.max_recv_wr = 0;
+            ia.cap.max_recv_sge = 0;
+        }
         // SAFETY: live PD and CQs; valid attributes.
         let qp = unsafe { sys::ibv_create_qp(pdp, &mut ia) };
         if qp.is_null() {
@@ -320,11 +356,15 @@ impl Backend for VerbsDevice {
         };
         // SAFETY: live QP.
         let qpn = unsafe { (*qp).qp_num };
-        let track = Arc::new(path::QpTrack::new(
+        let track = path::QpTrack::new(
             qpn,
             ia.cap.max_send_wr.max(init.max_send_wr),
             ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
-        ));
+        );
+        let track = Arc::new(match &srq {
+            Some((_, _, s)) => track.on_srq(Arc::clone(s)),
+            None => track,
+        });
         let fallback = path::VerbsQp::new(
             qp,
             Arc::clone(&track),
@@ -343,6 +383,14 @@ impl Backend for VerbsDevice {
             pd,
             [send_cq, recv_cq],
         );
+        if let Some((h, _, _)) = srq {
+            if let Some(e) = t.srqs.get_mut(&h) {
+                e.qps += 1;
+            }
+            if let Some(q) = t.qps.get_mut(&qpn) {
+                q.srq = Some(h);
+            }
+        }
         Ok(RawQp {
             path: RawQpPath::Driver(std::boxed::Box::new(fallback)),
             qpn,
@@ -425,9 +473,9 @@ impl Backend for VerbsDevice {
         // SAFETY: the element union's pointer members were written for the
         // kinds that use them; the objects stay alive until the ack below
         // (libibverbs' destroy calls wait for it).
-        let (qp, cq, port) = unsafe {
+        let (qp, cq, srq, port) = unsafe {
             let el = core::ptr::addr_of!((*p).element);
-            ((*el).qp, (*el).cq, (*el).port_num)
+            ((*el).qp, (*el).cq, (*el).srq, (*el).port_num)
         };
         let qpn = || {
             // SAFETY: a live QP (see above).
@@ -448,6 +496,15 @@ impl Backend for VerbsDevice {
             4 => E::CommEstablished { qpn: qpn() },
             5 => E::SqDrained { qpn: qpn() },
             16 => E::LastWqeReached { qpn: qpn() },
+            // IBV_EVENT_SRQ_LIMIT_REACHED; IBV_EVENT_SRQ_ERR (14) stays
+            // `Other` with the SRQ's handle.
+            15 | 14 => match (self.srq_handle(srq), kind) {
+                (Some(srqn), 15) => E::SrqLimitReached { srqn },
+                (h, _) => E::Other {
+                    kind,
+                    element: h.unwrap_or(0),
+                },
+            },
             8 => E::DeviceFatal,
             9 => E::PortActive { port: port as u8 },
             10 => E::PortError { port: port as u8 },
@@ -510,6 +567,9 @@ impl Backend for VerbsDevice {
             return Ok(());
         };
         let (cqs, pd) = (e.cqs, e.pd);
+        if let Some(s) = e.srq.and_then(|h| t.srqs.get_mut(&h)) {
+            s.qps -= 1;
+        }
         t.qp_handles.retain(|_, q| *q != qpn);
         for cqn in cqs {
             if let Some(c) = t.cqs.get_mut(&cqn) {

@@ -67,6 +67,10 @@ pub struct DeviceCaps {
     pub max_qp_rd_atom: u32,
     /// Outstanding RDMA READ/atomic per QP (initiator).
     pub max_qp_init_rd_atom: u32,
+    /// WRs per shared receive queue (0: the device has no SRQs).
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ receive.
+    pub max_srq_sge: u32,
     /// RDMA atomics (`IBV_ATOMIC_HCA` or `_GLOB`).
     pub atomics: bool,
     /// The provider's mlx5 direct path is in use.

@@ -34,10 +34,20 @@ pub(super) struct QpEntry {
     pub(super) _td: Option<mlx5::ThreadDomain>,
     pub(super) cqs: [u32; 2],
     pub(super) pd: u32,
+    /// The SRQ (table handle) the QP takes its receives from.
+    pub(super) srq: Option<u32>,
 }
 // SAFETY: the thread domain's pointers are used only by its Drop, under the
 // tables' mutex.
 unsafe impl Send for QpEntry {}
+
+pub(super) struct SrqEntry {
+    pub(super) srq: Raw<sys::ibv_srq>,
+    pub(super) track: Arc<path::SrqTrack>,
+    pub(super) pd: u32,
+    /// QPs attached.
+    pub(super) qps: u32,
+}
 
 #[derive(Default)]
 pub(super) struct Tables {
@@ -46,6 +56,9 @@ pub(super) struct Tables {
     pub(super) mrs: HashMap<u32, (Raw<sys::ibv_mr>, u32)>,
     pub(super) cqs: HashMap<u32, CqEntry>,
     pub(super) qps: HashMap<u32, QpEntry>,
+    /// Verbs fallback: shared receive queues, by the handle the API names
+    /// them with.
+    pub(super) srqs: HashMap<u32, SrqEntry>,
     /// rxe/siw direct path: the `user_handle` each QP was created with
     /// (what the kernel's async events name) to its QP number.
     pub(super) qp_handles: HashMap<u64, u32>,
@@ -233,6 +246,7 @@ impl VerbsDevice {
                 _td: td,
                 cqs,
                 pd,
+                srq: None,
             },
         );
     }

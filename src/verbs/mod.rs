@@ -45,6 +45,7 @@ mod backend;
 mod config;
 mod device;
 mod open;
+mod srq;
 
 use std::cell::Cell;
 

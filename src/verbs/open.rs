@@ -196,6 +196,12 @@ impl VerbsDevice {
             max_cqe: da.max_cqe.max(0) as u32,
             max_qp_rd_atom: da.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: da.max_qp_init_rd_atom.max(0) as u32,
+            max_srq_wr: if da.max_srq > 0 {
+                da.max_srq_wr.max(0) as u32
+            } else {
+                0
+            },
+            max_srq_sge: da.max_srq_sge.max(0) as u32,
             atomics: da.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
             direct_mlx5: path != DataPath::Fallback && mlx5::usable(ctx.ctx),
             memory_windows: da.device_cap_flags

@@ -13,6 +13,9 @@
 //!   send-queue space is exact, and an unsignaled run is broken by a forced
 //!   signal that the poller retires without reporting it (as the mlx5
 //!   core does);
+//! * an SRQ ([`VerbsSrq`]) posts with `ibv_post_srq_recv` under ids of its
+//!   own table ([`SrqTrack`]), slots with a free list, since its receives
+//!   complete out of order across the QPs attached to it;
 //! * provider-written completions are validated: a wr_id that does not
 //!   name an outstanding WR of that QP is [`Error::CqeCorrupt`], never an
 //!   out-of-bounds index.
@@ -24,6 +27,7 @@
 mod cq;
 mod qp;
 mod registry;
+mod srq;
 mod track;
 
 use super::check;
@@ -33,5 +37,6 @@ pub(crate) use qp::WindowTable;
 pub use qp::{VerbsQp, CHAIN};
 pub use registry::CqRegistry;
 pub(crate) use registry::RegistryView;
+pub use srq::{SrqTrack, VerbsSrq};
 pub use track::QpTrack;
 pub(crate) use track::{drain_marker_wr, track_accessors, RECV_BIT};

@@ -18,7 +18,7 @@ use crate::wr::{validate_recv, Payload, QpCaps, RecvWr, SendOp, SendWr};
 /// WRs per provider call.
 pub const CHAIN: usize = 32;
 /// SGEs per provider call (all WRs of a chain together).
-const SGES: usize = 128;
+pub(super) const SGES: usize = 128;
 
 /// Memory windows (by index, `rkey >> 8`, with their PD handle) and the
 /// regions registered with `MW_BIND` (by lkey): libibverbs' BIND_MW work
@@ -222,7 +222,7 @@ fn fill_send(
 
 /// Index in `chain` (of `n` linked WRs) of the WR the provider refused
 /// (`bad`; NULL means it refused the whole chain).
-fn bad_index<T>(bad: *mut T, chain: *const T, n: usize) -> usize {
+pub(super) fn bad_index<T>(bad: *mut T, chain: *const T, n: usize) -> usize {
     if bad.is_null() {
         return 0;
     }
@@ -246,7 +246,7 @@ fn blank_send() -> sys::ibv_send_wr {
 }
 
 /// An empty receive WR.
-fn blank_recv() -> sys::ibv_recv_wr {
+pub(super) fn blank_recv() -> sys::ibv_recv_wr {
     sys::ibv_recv_wr {
         wr_id: 0,
         next: core::ptr::null_mut(),

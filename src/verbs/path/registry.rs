@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
+use super::srq::SRQ_BIT;
 use super::track::{QpTrack, RECV_BIT};
 use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
@@ -113,6 +114,19 @@ impl RegistryView {
             return Err(Error::CqeCorrupt);
         };
         let recv = w.wr_id & RECV_BIT != 0;
+        if recv && w.wr_id & SRQ_BIT != 0 {
+            // A receive the QP took from its SRQ (a QP without one never
+            // gets such an id).
+            let Some(srq) = &track.srq else {
+                return Err(Error::CqeCorrupt);
+            };
+            w.wr_id = srq.complete(w.wr_id)?;
+            if w.status != WcStatus::SUCCESS {
+                w.opcode = WcOpcode::RECV;
+                track.set_state(QpState::Error);
+            }
+            return Ok(true);
+        }
         let Some(user) = track.complete(w.wr_id, w.status.0, w.vendor_err)? else {
             return Ok(false);
         };

@@ -2,7 +2,9 @@
 //! slots), shared by the verbs fallback and the direct rxe/siw data paths.
 
 use std::boxed::Box;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use super::srq::SrqTrack;
 use std::vec::Vec;
 
 use crate::completion::{QpState, WcOpcode, WcStatus};
@@ -113,6 +115,8 @@ pub struct QpTrack {
     stranded: Mutex<Vec<u64>>,
     /// `stranded` is not empty (checked by the poller without the lock).
     has_stranded: AtomicU32,
+    /// The SRQ the QP takes its receives from ([`QpTrack::on_srq`]).
+    pub(crate) srq: Option<Arc<SrqTrack>>,
 }
 
 impl QpTrack {
@@ -137,7 +141,17 @@ impl QpTrack {
             failure: Mutex::new(None),
             stranded: Mutex::new(Vec::new()),
             has_stranded: AtomicU32::new(0),
+            srq: None,
         }
+    }
+
+    /// The tables of a QP attached to an SRQ: no receive queue of its own
+    /// (capacity 0), and its receive completions are mapped through the
+    /// SRQ's table.
+    pub fn on_srq(mut self, srq: Arc<SrqTrack>) -> QpTrack {
+        self.rq_cap = 0;
+        self.srq = Some(srq);
+        self
     }
 
     /// QP number.
