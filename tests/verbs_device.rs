@@ -41,6 +41,7 @@ include!("verbs_device/exposure.rs");
 include!("verbs_device/responder.rs");
 include!("verbs_device/refusals.rs");
 include!("verbs_device/srq.rs");
+include!("verbs_device/ud.rs");
 
 #[test]
 fn host_reports_missing_devices() {

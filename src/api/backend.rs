@@ -83,6 +83,33 @@ pub trait QpDriver: Send {
     fn post_drain_marker(&mut self) -> Result<bool> {
         Ok(false)
     }
+    /// Posts one datagram on a UD QP (SEND or SEND_WITH_IMM) to QP
+    /// `remote_qpn` through the provider address handle `ah` (made by this
+    /// driver's backend, [`Backend::create_driver_ah`], and alive for the
+    /// call) with Q_Key `qkey`, validated as [`QpDriver::post_send`]
+    /// validates. The default, for drivers without UD, is
+    /// [`Error::Unsupported`].
+    fn post_send_ud(
+        &mut self,
+        wr: &SendWr<'_>,
+        ah: DriverAh,
+        remote_qpn: u32,
+        qkey: u32,
+    ) -> Result<()> {
+        let _ = (wr, ah, remote_qpn, qkey);
+        Err(Error::Unsupported)
+    }
+}
+
+/// A provider address handle ([`Backend::create_driver_ah`]): the
+/// backend's handle for it and the token its QP drivers post with (on the
+/// verbs fallback, the `ibv_ah` pointer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverAh {
+    /// What [`Backend::destroy_driver_ah`] takes.
+    pub handle: u32,
+    /// What [`QpDriver::post_send_ud`] receives.
+    pub token: u64,
 }
 
 /// The completion side of a data-path driver: polls one CQ and reports
@@ -324,6 +351,19 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Error::Unsupported`].
     fn create_ah(&self, pd: u32, dest: &AddressVector) -> Result<Mlx5Av> {
         let _ = (pd, dest);
+        Err(Error::Unsupported)
+    }
+    /// Creates a provider address handle in `pd` to `dest`, sent from
+    /// `port_num` (for backends whose UD QPs are driver QPs;
+    /// [`Backend::create_ah`] is tried first and this only when that is
+    /// [`Error::Unsupported`]). Default: [`Error::Unsupported`].
+    fn create_driver_ah(&self, pd: u32, port_num: u8, dest: &AddressVector) -> Result<DriverAh> {
+        let _ = (pd, port_num, dest);
+        Err(Error::Unsupported)
+    }
+    /// Destroys an address handle made by [`Backend::create_driver_ah`].
+    fn destroy_driver_ah(&self, handle: u32) -> Result<()> {
+        let _ = handle;
         Err(Error::Unsupported)
     }
     /// Changes a QP's state.

@@ -54,7 +54,7 @@ pub use crate::completion::{QpState, Wc, WcOpcode, WcStatus};
 
 pub use async_event::AsyncEvent;
 pub use backend::{
-    Backend, CqDriver, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawDriverSrq, RawQp,
+    Backend, CqDriver, DriverAh, MrKeys, PortInfo, QpDriver, RawCq, RawCqPath, RawDriverSrq, RawQp,
     RawQpPath, RawSrq, RawSrqPath, SrqDriver, Transport,
 };
 pub(crate) use connect::checked_connect_steps;

@@ -21,7 +21,7 @@ use crate::wr::{Payload, SendFlags, SendWr};
 
 use super::device::{Pd, PdInner};
 use super::qp::{Qp, QpPath};
-use super::{Backend, Cq, QpInit, QpState};
+use super::{Backend, Cq, DriverAh, QpInit, QpState};
 
 /// A Q_Key for [`Qp::post_send_ud`] that means "this QP's own" (bit 31
 /// set; IBA vol. 1 §10.2.4, docs/spec/mlx5.md §11).
@@ -58,14 +58,28 @@ impl AhInit {
 /// address vector every UD WQE to that address carries
 /// (docs/spec/mlx5.md §3 "Datagram segment"). It can be used with any UD
 /// QP of its protection domain.
+///
+/// On a backend whose UD QPs are provider-posted (the verbs fallback) the
+/// handle is the provider's (`ibv_create_ah`), destroyed when this is
+/// dropped, and [`Ah::av`] is all zeros.
 pub struct Ah<B: Backend> {
     pd: Arc<PdInner<B>>,
     av: Mlx5Av,
     global: bool,
+    /// The provider's handle, on a driver backend.
+    driver: Option<DriverAh>,
+}
+
+impl<B: Backend> Drop for Ah<B> {
+    fn drop(&mut self) {
+        if let Some(d) = self.driver {
+            let _ = self.pd.b.destroy_driver_ah(d.handle);
+        }
+    }
 }
 
 impl<B: Backend> Ah<B> {
-    /// The address vector this handle holds.
+    /// The address vector this handle holds (zeros on a driver backend).
     pub fn av(&self) -> &Mlx5Av {
         &self.av
     }
@@ -80,16 +94,31 @@ impl<B: Backend> Pd<B> {
     /// above 15, a flow label wider than 20 bits, another port than the
     /// device's, or what the device refuses (the software device: a source
     /// GID index other than 0, its one GID); [`Error::Unsupported`] on a
-    /// backend without UD (every backend but the software device for now).
+    /// backend without UD (on the verbs backend UD is on the fallback data
+    /// path of RoCE/InfiniBand devices only: never on iWARP (siw), nor on
+    /// the direct paths).
     pub fn create_ah(&self, init: &AhInit) -> Result<Ah<B>> {
         let b = &self.inner.b;
         let d = &init.dest;
         init.check(b.port().port_num)?;
-        let av = b.create_ah(self.inner.pd, d)?;
+        let (av, driver) = match b.create_ah(self.inner.pd, d) {
+            Ok(av) => (av, None),
+            Err(Error::Unsupported) => {
+                let port = if init.port_num == 0 {
+                    b.port().port_num
+                } else {
+                    init.port_num
+                };
+                let h = b.create_driver_ah(self.inner.pd, port, d)?;
+                (Mlx5Av::default(), Some(h))
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Ah {
             pd: Arc::clone(&self.inner),
             av,
             global: d.is_global,
+            driver,
         })
     }
 
@@ -130,9 +159,12 @@ impl<B: Backend> Qp<B> {
             return Err(Error::InvalidQpState);
         }
         self.pd.b.ready_ud(self.qpn, qkey)?;
-        if let QpPath::Mlx5(q) = &mut self.path {
-            q.sq.set_state(QpState::Rts);
-            q.rq.set_state(QpState::Rts);
+        match &mut self.path {
+            QpPath::Mlx5(q) => {
+                q.sq.set_state(QpState::Rts);
+                q.rq.set_state(QpState::Rts);
+            }
+            QpPath::Driver(p) => p.state_changed(QpState::Rts),
         }
         Ok(())
     }
@@ -162,12 +194,32 @@ impl<B: Backend> Qp<B> {
         if !self.is_ud() || !Arc::ptr_eq(&ah.pd, &self.pd) {
             return Err(Error::InvalidAttribute);
         }
-        let QpPath::Mlx5(q) = &mut self.path else {
-            return Err(Error::Unsupported);
-        };
         if wr_len(wr) > u64::from(self.ud_mtu) {
             return Err(Error::ExceedsMtu);
         }
+        let q = match &mut self.path {
+            QpPath::Mlx5(q) => q,
+            QpPath::Driver(p) => {
+                let d = ah.driver.ok_or(Error::InvalidAttribute)?;
+                if !self._send_cq.metered() {
+                    return p.post_send_ud(wr, d, remote_qpn, qkey);
+                }
+                // As `post_send_metered` on a driver: room for this WR's
+                // completion (a driver's forced signals are its own).
+                let want = u64::from(wr.flags.contains(SendFlags::SIGNALED));
+                let cq = Arc::clone(&self._send_cq);
+                let got = cq.reserve(want);
+                if got < want {
+                    cq.unreserve(got);
+                    return Err(Error::CqFull);
+                }
+                let r = p.post_send_ud(wr, d, remote_qpn, qkey);
+                if r.is_err() {
+                    cq.unreserve(got);
+                }
+                return r;
+            }
+        };
         let dest = UdDest::new(&ah.av, remote_qpn, qkey);
         if !self._send_cq.metered() {
             // SAFETY: SGEs only reach the device, which checks every one

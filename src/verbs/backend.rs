@@ -8,8 +8,10 @@ use rdma_sys as sys;
 use super::attr::{access_bits, qp_attr};
 use super::device::CqEntry;
 use super::{check, fail, fail_errno, last_error, mlx5, path, uverbs, Raw, VerbsDevice};
-use crate::api::{Backend, MrKeys, PortInfo, RawCq, RawCqPath, RawDriverSrq, RawQp, RawQpPath};
-use crate::attr::{Access, QpInit, QpModify, SrqAttr};
+use crate::api::{
+    Backend, DriverAh, MrKeys, PortInfo, RawCq, RawCqPath, RawDriverSrq, RawQp, RawQpPath,
+};
+use crate::attr::{Access, AddressVector, QpInit, QpModify, SrqAttr};
 use crate::error::{Error, Result};
 use crate::wr::QpCaps;
 
@@ -262,142 +264,26 @@ impl Backend for VerbsDevice {
     }
 
     fn create_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
-        if init.srq.is_some() && !self.on_fallback() {
-            // SRQs exist on the fallback data path only (src/verbs/srq.rs):
-            // refused, never ignored (docs/status.md).
+        self.create_qp_of(pd, send_cq, recv_cq, init, false)
+    }
+
+    fn create_ud_qp(&self, pd: u32, send_cq: u32, recv_cq: u32, init: &QpInit) -> Result<RawQp> {
+        if !self.ud_capable() {
             return Err(Error::Unsupported);
         }
-        let c = &self.caps;
-        // A QP on an SRQ has no receive queue: its receive sizes are unused.
-        let recv_wr = if init.srq.is_some() {
-            0
-        } else {
-            init.max_recv_wr
-        };
-        if init.max_send_wr == 0
-            || (c.max_qp_wr != 0 && (init.max_send_wr > c.max_qp_wr || recv_wr > c.max_qp_wr))
-            || (c.max_sge != 0 && (init.max_send_sge > c.max_sge || init.max_recv_sge > c.max_sge))
-        {
-            return Err(Error::InvalidAttribute);
-        }
-        if let Some((kind, _)) = self.direct {
-            return self.create_direct_qp(kind, pd, send_cq, recv_cq, init);
-        }
-        let mut t = self.lock();
-        let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
-        let scq = t.cqs.get(&send_cq).ok_or(Error::NoSuchObject)?.cq.0;
-        let rcq = t.cqs.get(&recv_cq).ok_or(Error::NoSuchObject)?.cq.0;
-        let cap = sys::ibv_qp_cap {
-            max_send_wr: init.max_send_wr,
-            max_recv_wr: init.max_recv_wr.max(1),
-            max_send_sge: init.max_send_sge.max(1),
-            max_recv_sge: init.max_recv_sge.max(1),
-            max_inline_data: init.max_inline_data,
-        };
-        if self.caps.direct_mlx5 {
-            let (qp, dv, granted, td) = mlx5::create_qp(self.ctx.ctx, pdp, scq, rcq, cap)?;
-            let caps = QpCaps {
-                max_send_sge: granted.max_send_sge,
-                max_inline_data: granted.max_inline_data,
-                max_recv_sge: granted.max_recv_sge,
-            };
-            // SAFETY: live QP.
-            let qpn = unsafe { (*qp).qp_num };
-            self.register_qp(
-                &mut t,
-                qpn,
-                qp,
-                None,
-                Some(td),
-                None,
-                pd,
-                [send_cq, recv_cq],
-            );
-            return Ok(RawQp {
-                path: RawQpPath::Mlx5(dv),
-                qpn,
-                caps,
-                psn: random_psn(),
-                keep: self.ctx.clone(),
-            });
-        }
-        let srq = match init.srq {
-            None => None,
-            Some(id) => {
-                let e = t.srqs.get(&id.srqn).ok_or(Error::NoSuchObject)?;
-                if e.pd != pd {
-                    return Err(Error::InvalidAttribute);
-                }
-                Some((id.srqn, e.srq.0, Arc::clone(&e.track)))
-            }
-        };
-        // SAFETY: all-zero is a valid ibv_qp_init_attr.
-        let mut ia: sys::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
-        ia.send_cq = scq;
-        ia.recv_cq = rcq;
-        ia.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
-        ia.sq_sig_all = 0;
-        ia.cap = cap;
-        if let Some((_, p, _)) = &srq {
-            ia.srq = *p;
-            ia.cap.max_recv_wr = 0;
-            ia.cap.max_recv_sge = 0;
-        }
-        // SAFETY: live PD and CQs; valid attributes.
-        let qp = unsafe { sys::ibv_create_qp(pdp, &mut ia) };
-        if qp.is_null() {
-            return Err(fail_errno("ibv_create_qp"));
-        }
-        // ibv_create_qp writes the granted capabilities back into `ia.cap`.
-        let caps = QpCaps {
-            max_send_sge: ia.cap.max_send_sge,
-            max_inline_data: ia.cap.max_inline_data,
-            max_recv_sge: ia.cap.max_recv_sge,
-        };
-        // SAFETY: live QP.
-        let qpn = unsafe { (*qp).qp_num };
-        let track = path::QpTrack::new(
-            qpn,
-            ia.cap.max_send_wr.max(init.max_send_wr),
-            ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
-        );
-        let track = Arc::new(match &srq {
-            Some((_, _, s)) => track.on_srq(Arc::clone(s)),
-            None => track,
-        });
-        let fallback = path::VerbsQp::new(
-            qp,
-            Arc::clone(&track),
-            caps,
-            self.caps.atomics,
-            self.port.transport == crate::api::Transport::Iwarp,
-            Arc::clone(&self.windows),
-        );
-        self.register_qp(
-            &mut t,
-            qpn,
-            qp,
-            Some(track),
-            None,
-            None,
-            pd,
-            [send_cq, recv_cq],
-        );
-        if let Some((h, _, _)) = srq {
-            if let Some(e) = t.srqs.get_mut(&h) {
-                e.qps += 1;
-            }
-            if let Some(q) = t.qps.get_mut(&qpn) {
-                q.srq = Some(h);
-            }
-        }
-        Ok(RawQp {
-            path: RawQpPath::Driver(std::boxed::Box::new(fallback)),
-            qpn,
-            caps,
-            psn: random_psn(),
-            keep: self.ctx.clone(),
-        })
+        self.create_qp_of(pd, send_cq, recv_cq, init, true)
+    }
+
+    fn ready_ud(&self, qpn: u32, qkey: u32) -> Result<()> {
+        self.ud_ready(qpn, qkey)
+    }
+
+    fn create_driver_ah(&self, pd: u32, port_num: u8, dest: &AddressVector) -> Result<DriverAh> {
+        self.ah_create(pd, port_num, dest)
+    }
+
+    fn destroy_driver_ah(&self, handle: u32) -> Result<()> {
+        self.ah_destroy(handle)
     }
 
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result<()> {
@@ -584,6 +470,162 @@ impl Backend for VerbsDevice {
             p.1 -= 1;
         }
         Ok(())
+    }
+}
+
+impl VerbsDevice {
+    /// An RC QP, or (`ud`) a UD QP on the fallback data path.
+    fn create_qp_of(
+        &self,
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        init: &QpInit,
+        ud: bool,
+    ) -> Result<RawQp> {
+        if init.srq.is_some() && !self.on_fallback() {
+            // SRQs exist on the fallback data path only (src/verbs/srq.rs):
+            // refused, never ignored (docs/status.md).
+            return Err(Error::Unsupported);
+        }
+        let c = &self.caps;
+        // A QP on an SRQ has no receive queue: its receive sizes are unused.
+        let recv_wr = if init.srq.is_some() {
+            0
+        } else {
+            init.max_recv_wr
+        };
+        if init.max_send_wr == 0
+            || (c.max_qp_wr != 0 && (init.max_send_wr > c.max_qp_wr || recv_wr > c.max_qp_wr))
+            || (c.max_sge != 0 && (init.max_send_sge > c.max_sge || init.max_recv_sge > c.max_sge))
+        {
+            return Err(Error::InvalidAttribute);
+        }
+        if let Some((kind, _)) = self.direct {
+            return self.create_direct_qp(kind, pd, send_cq, recv_cq, init);
+        }
+        let mut t = self.lock();
+        let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
+        let scq = t.cqs.get(&send_cq).ok_or(Error::NoSuchObject)?.cq.0;
+        let rcq = t.cqs.get(&recv_cq).ok_or(Error::NoSuchObject)?.cq.0;
+        let cap = sys::ibv_qp_cap {
+            max_send_wr: init.max_send_wr,
+            max_recv_wr: init.max_recv_wr.max(1),
+            max_send_sge: init.max_send_sge.max(1),
+            max_recv_sge: init.max_recv_sge.max(1),
+            max_inline_data: init.max_inline_data,
+        };
+        if self.caps.direct_mlx5 {
+            let (qp, dv, granted, td) = mlx5::create_qp(self.ctx.ctx, pdp, scq, rcq, cap)?;
+            let caps = QpCaps {
+                max_send_sge: granted.max_send_sge,
+                max_inline_data: granted.max_inline_data,
+                max_recv_sge: granted.max_recv_sge,
+            };
+            // SAFETY: live QP.
+            let qpn = unsafe { (*qp).qp_num };
+            self.register_qp(
+                &mut t,
+                qpn,
+                qp,
+                None,
+                Some(td),
+                None,
+                pd,
+                [send_cq, recv_cq],
+            );
+            return Ok(RawQp {
+                path: RawQpPath::Mlx5(dv),
+                qpn,
+                caps,
+                psn: random_psn(),
+                keep: self.ctx.clone(),
+            });
+        }
+        let srq = match init.srq {
+            None => None,
+            Some(id) => {
+                let e = t.srqs.get(&id.srqn).ok_or(Error::NoSuchObject)?;
+                if e.pd != pd {
+                    return Err(Error::InvalidAttribute);
+                }
+                Some((id.srqn, e.srq.0, Arc::clone(&e.track)))
+            }
+        };
+        // SAFETY: all-zero is a valid ibv_qp_init_attr.
+        let mut ia: sys::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
+        ia.send_cq = scq;
+        ia.recv_cq = rcq;
+        ia.qp_type = if ud {
+            sys::ibv_qp_type::IBV_QPT_UD
+        } else {
+            sys::ibv_qp_type::IBV_QPT_RC
+        };
+        ia.sq_sig_all = 0;
+        ia.cap = cap;
+        if let Some((_, p, _)) = &srq {
+            ia.srq = *p;
+            ia.cap.max_recv_wr = 0;
+            ia.cap.max_recv_sge = 0;
+        }
+        // SAFETY: live PD and CQs; valid attributes.
+        let qp = unsafe { sys::ibv_create_qp(pdp, &mut ia) };
+        if qp.is_null() {
+            return Err(fail_errno("ibv_create_qp"));
+        }
+        // ibv_create_qp writes the granted capabilities back into `ia.cap`.
+        let caps = QpCaps {
+            max_send_sge: ia.cap.max_send_sge,
+            max_inline_data: ia.cap.max_inline_data,
+            max_recv_sge: ia.cap.max_recv_sge,
+        };
+        // SAFETY: live QP.
+        let qpn = unsafe { (*qp).qp_num };
+        let track = path::QpTrack::new(
+            qpn,
+            ia.cap.max_send_wr.max(init.max_send_wr),
+            ia.cap.max_recv_wr.max(init.max_recv_wr.max(1)),
+        );
+        let track = Arc::new(match &srq {
+            Some((_, _, s)) => track.on_srq(Arc::clone(s)),
+            None => track,
+        });
+        let mut fallback = path::VerbsQp::new(
+            qp,
+            Arc::clone(&track),
+            caps,
+            self.caps.atomics && !ud,
+            self.port.transport == crate::api::Transport::Iwarp,
+            Arc::clone(&self.windows),
+        );
+        if ud {
+            fallback = fallback.datagram();
+        }
+        self.register_qp(
+            &mut t,
+            qpn,
+            qp,
+            Some(track),
+            None,
+            None,
+            pd,
+            [send_cq, recv_cq],
+        );
+        if let Some((h, _, _)) = srq {
+            if let Some(e) = t.srqs.get_mut(&h) {
+                e.qps += 1;
+            }
+            if let Some(q) = t.qps.get_mut(&qpn) {
+                q.srq = Some(h);
+            }
+        }
+        Ok(RawQp {
+            path: RawQpPath::Driver(std::boxed::Box::new(fallback)),
+            qpn,
+            caps,
+            psn: random_psn(),
+            keep: self.ctx.clone(),
+        })
     }
 }
 

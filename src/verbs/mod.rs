@@ -13,7 +13,9 @@
 //!   a chain of WRs per call, and `ibv_poll_cq`, behind the same
 //!   [`crate::api::Qp`] calls, with the crate's WR validation and its
 //!   wr_id bookkeeping (so queue space is exact and unsignaled WRs stay
-//!   invisible, as on the direct path);
+//!   invisible, as on the direct path); shared receive queues and
+//!   unreliable datagrams (`srq`, `ud`) exist on this path only (the
+//!   direct paths refuse them with [`Error::Unsupported`]);
 //! * on mlx5 (ConnectX) the raw queues come from `mlx5dv_init_obj` and go
 //!   to the crate's direct mlx5 core ([`mlx5`]). That needs hardware this
 //!   project's CI does not have; see `docs/verbs.md`.
@@ -46,6 +48,7 @@ mod config;
 mod device;
 mod open;
 mod srq;
+mod ud;
 
 use std::cell::Cell;
 

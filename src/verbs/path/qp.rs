@@ -41,6 +41,10 @@ pub struct VerbsQp {
     /// The device is iWARP (siw): what is posted in ERROR is never
     /// flushed, so recovery's drain marker does not go to the provider.
     iwarp: bool,
+    /// An unreliable-datagram QP: sends only through
+    /// [`QpDriver::post_send_ud`] (a WR without an address handle would
+    /// reach the provider with a NULL `ah`).
+    ud: bool,
     /// The chains handed to the provider, reused by every call: a call
     /// resets and fills only the entries it links, so its cost follows its
     /// WRs (a fresh zeroed array per call stored 4 KiB of WRs and 2 KiB of
@@ -78,6 +82,7 @@ impl VerbsQp {
             caps,
             atomics,
             iwarp,
+            ud: false,
             windows,
             unsignaled: 0,
             send_chain: Box::new(core::array::from_fn(|_| blank_send())),
@@ -90,6 +95,14 @@ impl VerbsQp {
                 }; SGES],
             ),
         }
+    }
+}
+
+impl VerbsQp {
+    /// Marks the QP as an unreliable-datagram QP.
+    pub(crate) fn datagram(mut self) -> VerbsQp {
+        self.ud = true;
+        self
     }
 }
 
@@ -369,7 +382,81 @@ impl VerbsQp {
 // the compatibility path; the direct rings (`verbs::direct`) defer.
 impl QpDriver for VerbsQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        if self.ud && !wrs.is_empty() {
+            // A UD send needs an address handle: `Qp::post_send_ud`.
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidAttribute,
+            });
+        }
         self.send_list(wrs, false)
+    }
+
+    fn post_send_ud(
+        &mut self,
+        wr: &SendWr<'_>,
+        ah: crate::api::DriverAh,
+        remote_qpn: u32,
+        qkey: u32,
+    ) -> Result<()> {
+        if !self.ud {
+            return Err(Error::InvalidAttribute);
+        }
+        if !matches!(wr.op, SendOp::Send | SendOp::SendImm { .. }) {
+            // RDMA and atomics do not exist on UD.
+            return Err(Error::Unsupported);
+        }
+        if remote_qpn >> 24 != 0 {
+            return Err(Error::InvalidQpn);
+        }
+        let t = &*self.track;
+        if t.state() != QpState::Rts as u32 {
+            return Err(Error::InvalidQpState);
+        }
+        // Relaxed: this thread is the only writer of sq_posted.
+        let base = t.sq_posted.load(Ordering::Relaxed);
+        // Acquire: pairs with the poller's Release of sq_done.
+        let retired = t.sq_done.load(Ordering::Acquire);
+        t.check_send(wr, &self.caps, false, base - retired)?;
+        if sge_count(wr) > SGES {
+            return Err(Error::TooManySges);
+        }
+        let w = &mut self.send_chain[0];
+        *w = blank_send();
+        w.wr_id = base;
+        let mut unsignaled = self.unsignaled;
+        w.send_flags = t.record_send(base, wr, &mut unsignaled).0;
+        let mut used = 0usize;
+        fill_send(w, wr, &mut self.sges, &mut used, &self.windows)?;
+        // IBA vol. 1 §10.2.4: a Q_Key with bit 31 set means the QP's own;
+        // rxe sends the WR's value as it is, so it is resolved here.
+        let qkey = if qkey & crate::api::OWN_QKEY != 0 {
+            // Relaxed: stored by this thread when the QP was made ready.
+            t.qkey.load(Ordering::Relaxed)
+        } else {
+            qkey
+        };
+        w.wr.ud = sys::ud_t {
+            // The token is the `ibv_ah` pointer this backend handed out
+            // (`create_driver_ah`), alive while the caller's `Ah` is.
+            ah: ah.token as usize as *mut sys::ibv_ah,
+            remote_qpn,
+            remote_qkey: qkey,
+        };
+        self.unsignaled = unsignaled;
+        // Release: the slot before the provider may complete it.
+        t.sq_posted.store(base + 1, Ordering::Release);
+        let mut bad: *mut sys::ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: live QP; one WR (`next` NULL) in this QP's scratch chain,
+        // its SGEs in the scratch array; the address handle is live (the
+        // API borrows its `Ah` for the call); inline data is copied by the
+        // provider before it returns.
+        let ret = unsafe { post_send_raw(self.qp, self.send_chain.as_mut_ptr(), &mut bad) };
+        if ret != 0 {
+            QpTrack::refuse(&t.sq, t.sq_mask, &t.sq_posted, base, base + 1);
+            return Err(fail("ibv_post_send", ret.abs()));
+        }
+        Ok(())
     }
 
     fn post_drain_marker(&mut self) -> Result<bool> {
@@ -380,7 +467,8 @@ impl QpDriver for VerbsQp {
         if t.sends_outstanding() == 0 || t.last_send_is_marker() {
             return Ok(false);
         }
-        if self.iwarp {
+        if self.iwarp || self.ud {
+            // (A UD QP cannot carry the marker's RDMA WRITE either.)
             // libsiw writes SQEs into the kernel's user ring, which the
             // kernel no longer reads in ERROR: a marker there would never
             // complete.

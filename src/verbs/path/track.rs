@@ -117,6 +117,10 @@ pub struct QpTrack {
     has_stranded: AtomicU32,
     /// The SRQ the QP takes its receives from ([`QpTrack::on_srq`]).
     pub(crate) srq: Option<Arc<SrqTrack>>,
+    /// A UD QP's own Q_Key (set when it is made ready), for sends that
+    /// ask for it ([`crate::api::OWN_QKEY`]): rxe sends the WR's value
+    /// as it is.
+    pub(crate) qkey: AtomicU32,
 }
 
 impl QpTrack {
@@ -142,6 +146,7 @@ impl QpTrack {
             stranded: Mutex::new(Vec::new()),
             has_stranded: AtomicU32::new(0),
             srq: None,
+            qkey: AtomicU32::new(0),
         }
     }
 
