@@ -259,6 +259,44 @@ fn blank_send() -> sys::ibv_send_wr {
 }
 
 /// An empty receive WR.
+/// One receive of a chain, its SGEs copied to `sges` from `*used` (the
+/// caller checked they fit); `next` is NULL until [`link_recv`].
+pub(super) fn recv_entry(
+    wr_id: u64,
+    wr: &RecvWr<'_>,
+    sges: &mut [sys::ibv_sge; SGES],
+    used: &mut usize,
+) -> sys::ibv_recv_wr {
+    let first = *used;
+    for s in wr.sges {
+        sges[*used] = sys::ibv_sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+        *used += 1;
+    }
+    sys::ibv_recv_wr {
+        wr_id,
+        next: core::ptr::null_mut(),
+        sg_list: if *used > first {
+            sges[first..].as_mut_ptr()
+        } else {
+            core::ptr::null_mut()
+        },
+        num_sge: (*used - first) as i32,
+    }
+}
+
+/// Links the receives of a chain in order (the last one's `next` stays
+/// NULL).
+pub(super) fn link_recv(chain: &mut [sys::ibv_recv_wr]) {
+    for i in 1..chain.len() {
+        let next: *mut sys::ibv_recv_wr = &mut chain[i];
+        chain[i - 1].next = next;
+    }
+}
+
 pub(super) fn blank_recv() -> sys::ibv_recv_wr {
     sys::ibv_recv_wr {
         wr_id: 0,
@@ -519,35 +557,13 @@ impl QpDriver for VerbsQp {
                     }
                     break;
                 }
-                let first = used;
-                for s in wr.sges {
-                    sges[used] = sys::ibv_sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    };
-                    used += 1;
-                }
                 let seq = base + n as u64;
-                chain[n] = sys::ibv_recv_wr {
-                    wr_id: seq | RECV_BIT,
-                    // NULL until linked to a following WR.
-                    next: core::ptr::null_mut(),
-                    sg_list: if used > first {
-                        sges[first..].as_mut_ptr()
-                    } else {
-                        core::ptr::null_mut()
-                    },
-                    num_sge: (used - first) as i32,
-                };
+                chain[n] = recv_entry(seq | RECV_BIT, wr, sges, &mut used);
                 t.record_recv(seq, wr);
                 n += 1;
             }
             if n > 0 {
-                for i in 0..n - 1 {
-                    let next: *mut sys::ibv_recv_wr = &mut chain[i + 1];
-                    chain[i].next = next;
-                }
+                link_recv(&mut chain[..n]);
                 // Release: slots before the provider may complete them.
                 t.rq_posted.store(base + n as u64, Ordering::Release);
                 let mut bad: *mut sys::ibv_recv_wr = core::ptr::null_mut();

@@ -18,7 +18,7 @@ use std::vec::Vec;
 
 use rdma_sys as sys;
 
-use super::qp::{bad_index, blank_recv, CHAIN, SGES};
+use super::qp::{bad_index, blank_recv, link_recv, recv_entry, CHAIN, SGES};
 use super::track::RECV_BIT;
 use crate::api::SrqDriver;
 use crate::error::{Error, PostError, Result};
@@ -180,15 +180,6 @@ impl SrqDriver for VerbsSrq {
                     refused = Some(Error::RqFull);
                     break;
                 };
-                let first = used;
-                for s in wr.sges {
-                    self.sges[used] = sys::ibv_sge {
-                        addr: s.addr,
-                        length: s.length,
-                        lkey: s.lkey,
-                    };
-                    used += 1;
-                }
                 self.gen = self.gen.wrapping_add(1);
                 let tag = RECV_BIT
                     | SRQ_BIT
@@ -199,23 +190,11 @@ impl SrqDriver for VerbsSrq {
                 s.wr_id.store(wr.wr_id, Ordering::Relaxed);
                 // Release: the slot before the provider may complete it.
                 s.tag.store(tag, Ordering::Release);
-                self.chain[n] = sys::ibv_recv_wr {
-                    wr_id: tag,
-                    next: core::ptr::null_mut(),
-                    sg_list: if used > first {
-                        self.sges[first..].as_mut_ptr()
-                    } else {
-                        core::ptr::null_mut()
-                    },
-                    num_sge: (used - first) as i32,
-                };
+                self.chain[n] = recv_entry(tag, wr, &mut self.sges, &mut used);
                 n += 1;
             }
             if n > 0 {
-                for i in 0..n - 1 {
-                    let next: *mut sys::ibv_recv_wr = &mut self.chain[i + 1];
-                    self.chain[i].next = next;
-                }
+                link_recv(&mut self.chain[..n]);
                 let mut bad: *mut sys::ibv_recv_wr = core::ptr::null_mut();
                 // SAFETY: live SRQ (destroyed only after this handle is
                 // done posting: `Srq::destroy` takes `&mut`); the chain and
