@@ -20,6 +20,18 @@
 #   rc_pingpong-*       examples/pingpong in two-process mode against
 #                       ibv_rc_pingpong on rxe0 (both roles, and against
 #                       itself), GID index $RXE_GID_INDEX, -c / --chk
+#   ud_pingpong-*       pingpong --ud in two-process mode against
+#                       ibv_ud_pingpong on rxe0 (both roles, and against
+#                       itself), on the verbs fallback (the direct rings have
+#                       no UD); pingpong --ud in-process on rxe0, refused
+#                       (exit 2) on siw0 and on rxe0's direct rings
+#   srq_pingpong-*      srq_server in two-process mode against
+#                       ibv_srq_pingpong on rxe0 (16 RC QPs on one SRQ per
+#                       side; both roles, and against itself), on the
+#                       fallback; srq_server in-process on rxe0 and siw0
+#                       (fallback; siw connects through rdma_cm, so
+#                       ibv_srq_pingpong cannot run there); refused (exit 2)
+#                       on the direct rings
 #   rping-*             examples/rping against rping -V (both roles) on rxe0
 #                       and siw0, and against itself on siw0
 #   disc-*              disconnects and refusals are reported at once and
@@ -48,7 +60,7 @@ if [ "${IN_RDMA_VM:-0}" != 1 ]; then
 fi
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-${RDD_EXAMPLES_DIR:-$REPO/target/release/examples}}
-for ex in pingpong write_bw atomic_counter rping; do
+for ex in pingpong write_bw atomic_counter rping srq_server; do
   if [ ! -x "$BIN/$ex" ]; then
     echo "vm-interop.sh: no $BIN/$ex (build with: cargo build --release --features verbs --examples)" >&2
     exit 2
@@ -144,6 +156,33 @@ check_pair "rc_pingpong-ours-both-$RXE" 18515 "$PP --server" "$PP --connect 127.
 check_pair "rc_pingpong-ours-both-$RXE-mtu4096-small" 18515 \
   "$BIN/pingpong --device $RXE --gid-idx $G --server --mtu 4096 --size 64 --rx-depth 8 --iters 500" \
   "$BIN/pingpong --device $RXE --gid-idx $G --connect 127.0.0.1 --mtu 4096 --size 64 --rx-depth 8 --iters 500"
+
+# ibv_ud_pingpong compatibility (rxe0 only: iWARP has no UD), on the verbs
+# fallback. rxe's active MTU on the test netdev is 1024: 512-byte datagrams.
+FB="env RDMA_DIRECT_DATA_PATH=fallback"
+UP="$FB $BIN/pingpong --ud --device $RXE --gid-idx $G --iters $N --size 512"
+UD="ibv_ud_pingpong -d $RXE -g $G -n $N -s 512"
+check_pair "ud_pingpong-ours-server-$RXE" 18515 "$UP --server" "$UD 127.0.0.1"
+check_pair "ud_pingpong-ours-client-$RXE" 18515 "$UD" "$UP --connect 127.0.0.1"
+check_pair "ud_pingpong-ours-both-$RXE" 18515 "$UP --server" "$UP --connect 127.0.0.1"
+check "inproc-pingpong-ud-$RXE" "$FB $BIN/pingpong --ud --device $RXE --iters 200 --warmup 20 --size 512"
+check_refused "inproc-pingpong-ud-$SIW-refused" 2 "iWARP has no unreliable datagrams" \
+  "$FB $BIN/pingpong --ud --device $SIW"
+check_refused "inproc-pingpong-ud-$RXE-direct-refused" 2 "no unreliable datagrams" \
+  "$BIN/pingpong --ud --device $RXE --size 512"
+
+# ibv_srq_pingpong compatibility (rxe0: out-of-band connection), on the
+# fallback; in-process on both devices.
+SP="$FB $BIN/srq_server --device $RXE --gid-idx $G --iters $N"
+SQ="ibv_srq_pingpong -d $RXE -g $G -n $N"
+check_pair "srq_pingpong-ours-server-$RXE" 18515 "$SP --server" "$SQ 127.0.0.1"
+check_pair "srq_pingpong-ours-client-$RXE" 18515 "$SQ" "$SP --connect 127.0.0.1"
+check_pair "srq_pingpong-ours-both-$RXE" 18515 "$SP --server" "$SP --connect 127.0.0.1"
+for d in "$RXE" "$SIW"; do
+  check "inproc-srq_server-$d" "$FB $BIN/srq_server --device $d --clients 8 --active 4 --burst 4 --rounds 20"
+done
+check_refused "inproc-srq_server-$RXE-direct-refused" 2 "has no shared receive queues" \
+  "$BIN/srq_server --device $RXE"
 
 # rping compatibility (rdma_cm port 7174).
 C=10
@@ -241,7 +280,7 @@ check_fails "disc-pingpong-rc-$SIW-not-run" 2 "NOT RUN: .*iWARP device" "$DISC_S
   "$BIN/pingpong --device $SIW --connect 127.0.0.1"
 # Bad arguments: 2 in every example (the verbs build; tests/example_exits.rs
 # checks the default build on the host).
-for ex in pingpong write_bw atomic_counter rping; do
+for ex in pingpong write_bw atomic_counter rping srq_server; do
   check_fails "usage-$ex" 2 "unknown argument --bogus" 5 "$BIN/$ex --bogus"
 done
 

@@ -129,6 +129,19 @@ impl From<String> for Failed {
     }
 }
 
+/// A refused UD QP: `Unsupported` means the device or its data path has
+/// none (nothing ran); anything else is a failure.
+fn no_ud<B: ExampleBackend>(x: rdma_direct::Error) -> Failed {
+    match x {
+        rdma_direct::Error::Unsupported => Failed::NotRun(
+            "this device's data path has no unreliable datagrams (on rxe the direct rings \
+             have none: run with RDMA_DIRECT_DATA_PATH=fallback)"
+                .into(),
+        ),
+        x => Failed::Run(err::<B>("create_ud_qp")(x)),
+    }
+}
+
 /// Picks the mode and the device.
 fn dispatch(args: &Args) -> Result<(), Failed> {
     #[cfg(feature = "verbs")]
@@ -139,7 +152,7 @@ fn dispatch(args: &Args) -> Result<(), Failed> {
             if let Some(why) = rc_mode::cannot_run(&dev, args.ud) {
                 return Err(Failed::NotRun(why));
             }
-            return Ok(rc_mode::run(&dev, args, rc)?);
+            return rc_mode::run(&dev, args, rc);
         }
         if let Some(dev) = common::open_verbs(&args.dev)? {
             if args.ud && dev.backend().port().transport == Transport::Iwarp {
@@ -177,9 +190,7 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<(), Failed> {
     for id in 0..2u8 {
         let cq = dev.create_cq(64).map_err(e("create_cq"))?;
         let qp = if args.ud {
-            let mut qp = pd
-                .create_ud_qp(&cq, &cq, &init)
-                .map_err(e("create_ud_qp"))?;
+            let mut qp = pd.create_ud_qp(&cq, &cq, &init).map_err(no_ud::<B>)?;
             qp.ready_ud(UD_QKEY).map_err(e("ready_ud"))?;
             qp
         } else {

@@ -64,19 +64,16 @@ fn ud_ah_init(remote: &QpInfo, port: &PortInfo) -> AhInit {
     }
 }
 
-pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
+pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), super::Failed> {
     let e = |what: &'static str| err::<Dev>(what);
     let port = dev.backend().port();
     let ud = args.ud;
     if let Some(why) = cannot_run(dev, ud) {
-        return Err(why);
+        return Err(super::Failed::NotRun(why));
     }
     let size = args.size;
     if ud && size > port.mtu as usize {
-        return Err(format!(
-            "Requested size larger than port MTU ({})",
-            port.mtu
-        ));
+        return Err(format!("Requested size larger than port MTU ({})", port.mtu).into());
     }
     // UD receives start with the GRH area; sends come from after it.
     let head = if ud { GRH_BYTES } else { 0 };
@@ -102,7 +99,7 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     let mut cq = dev.create_cq(depth).map_err(e("create_cq"))?;
     let mut qp = if ud {
         pd.create_ud_qp(&cq, &cq, &init)
-            .map_err(e("create_ud_qp"))?
+            .map_err(super::no_ud::<Dev>)?
     } else {
         pd.create_qp(&cq, &cq, &init).map_err(e("create_qp"))?
     };
@@ -177,7 +174,7 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
     }
     let iters = args.iters as u64;
     if ud && ah.is_none() {
-        return Err("no address handle to the remote QP".into());
+        return Err(String::from("no address handle to the remote QP").into());
     }
     let send_sge = [buf.sge(head, size as u32)];
     let data: [&[u8]; 1] = [&buf.as_slice()[head..head + size]];
@@ -213,7 +210,8 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
             if idle % 1024 == 0 && last.elapsed() > STALL {
                 return Err(format!(
                     "no completion for {STALL:?} ({rcnt} received, {scnt} sent of {iters})"
-                ));
+                )
+                .into());
             }
             // Spin, but let a software device (rxe, siw) sharing
             // the CPU run now and then.
@@ -232,7 +230,8 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
                     status_name(w.status),
                     w.status.0,
                     w.wr_id
-                ));
+                )
+                .into());
             }
             match w.wr_id {
                 SEND_WRID => scnt += 1,
@@ -247,7 +246,7 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
                     rcnt += 1;
                 }
                 other => {
-                    return Err(format!("Completion for unknown wr_id {other}"));
+                    return Err(format!("Completion for unknown wr_id {other}").into());
                 }
             }
             pending &= !w.wr_id;
@@ -283,7 +282,7 @@ pub fn run(dev: &Device<Dev>, args: &Args, rc: &RcArgs) -> Result<(), String> {
             println!("invalid data in page {p}");
         }
         if !bad.is_empty() {
-            return Err(format!("--chk: {} page(s) with invalid data", bad.len()));
+            return Err(format!("--chk: {} page(s) with invalid data", bad.len()).into());
         }
     }
     Ok(())

@@ -435,7 +435,8 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
         Ok(s) => s,
         Err(Error::Unsupported) => {
             return Ok(Outcome::NotRun(format!(
-                "{} (this data path) has no shared receive queues",
+                "{} (this data path) has no shared receive queues (on rxe and siw the direct \
+                 rings have none: run with RDMA_DIRECT_DATA_PATH=fallback)",
                 dev.backend().name()
             )))
         }
