@@ -135,6 +135,26 @@ impl<B: Backend> Qp<B> {
         }
     }
 
+    /// One poll of `send_cq` and (if given) `recv_cq` for this QP, each
+    /// completion handed to `on_wc`; returns how many there were.
+    fn poll_pair(
+        &mut self,
+        mut srq: Option<&mut Srq<B>>,
+        send_cq: &mut Cq<B>,
+        recv_cq: Option<&mut Cq<B>>,
+        on_wc: &mut impl FnMut(&Wc),
+    ) -> Result<usize> {
+        let mut out = [Wc::default(); 32];
+        let mut n = self.poll_own(srq.as_deref_mut(), send_cq, &mut out)?;
+        out[..n].iter().for_each(&mut *on_wc);
+        if let Some(r) = recv_cq {
+            let m = self.poll_own(srq, r, &mut out)?;
+            out[..m].iter().for_each(&mut *on_wc);
+            n += m;
+        }
+        Ok(n)
+    }
+
     /// The drain of [`Qp::drain_and_reset`] and
     /// [`Qp::drain_and_reset_on_srq`].
     fn drain_with(
@@ -176,7 +196,6 @@ impl<B: Backend> Qp<B> {
         }
         let deadline = Instant::now() + timeout;
         let mut reported = 0usize;
-        let mut out = [Wc::default(); 32];
         let mut marker = false;
         while self.outstanding() != 0 {
             if !marker {
@@ -187,17 +206,12 @@ impl<B: Backend> Qp<B> {
                     Err(e) => return Err(e),
                 };
             }
-            let mut n = self.poll_own(srq.as_deref_mut(), send_cq, &mut out)?;
-            for w in &out[..n] {
-                on_wc(w);
-            }
-            if let Some(r) = recv_cq.as_deref_mut() {
-                let m = self.poll_own(srq.as_deref_mut(), r, &mut out)?;
-                for w in &out[..m] {
-                    on_wc(w);
-                }
-                n += m;
-            }
+            let n = self.poll_pair(
+                srq.as_deref_mut(),
+                send_cq,
+                recv_cq.as_deref_mut(),
+                &mut on_wc,
+            )?;
             reported += n;
             if n == 0 {
                 if Instant::now() >= deadline {
@@ -212,17 +226,12 @@ impl<B: Backend> Qp<B> {
         // reconnected QP to meet.
         if srq.is_some() {
             loop {
-                let mut n = self.poll_own(srq.as_deref_mut(), send_cq, &mut out)?;
-                for w in &out[..n] {
-                    on_wc(w);
-                }
-                if let Some(r) = recv_cq.as_deref_mut() {
-                    let m = self.poll_own(srq.as_deref_mut(), r, &mut out)?;
-                    for w in &out[..m] {
-                        on_wc(w);
-                    }
-                    n += m;
-                }
+                let n = self.poll_pair(
+                    srq.as_deref_mut(),
+                    send_cq,
+                    recv_cq.as_deref_mut(),
+                    &mut on_wc,
+                )?;
                 reported += n;
                 if n == 0 {
                     break;
