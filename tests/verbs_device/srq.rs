@@ -56,7 +56,11 @@ fn srq_serves_several_rc_qps() {
         let pd = dev.alloc_pd().unwrap();
         if dev.backend().data_path() != DataPath::Fallback {
             // The direct paths have no SRQs: said clearly, never ignored.
-            assert_eq!(pd.create_srq(16, 1).err(), Some(Error::Unsupported), "{name}");
+            assert_eq!(
+                pd.create_srq(16, 1).err(),
+                Some(Error::Unsupported),
+                "{name}"
+            );
             eprintln!("{name}: direct path: SRQs are Unsupported (as documented)");
             continue;
         }
@@ -92,9 +96,7 @@ fn srq_serves_several_rc_qps() {
         assert_eq!(srq.attached(), SRQ_CLIENTS as u32);
 
         // A receive on a QP attached to the SRQ is refused, nothing posted.
-        let land = pd
-            .register(SRQ_SLOT * 64, Access::LOCAL_WRITE)
-            .unwrap();
+        let land = pd.register(SRQ_SLOT * 64, Access::LOCAL_WRITE).unwrap();
         let e = servers[0]
             .post_recv(&[RecvWr {
                 wr_id: 1,
@@ -148,7 +150,10 @@ fn srq_serves_several_rc_qps() {
         let mut qrefs: Vec<&mut rdma_direct::api::Qp<Dev>> = servers.iter_mut().collect();
         let got = wait_srq(&mut cq_s, &mut srq, &mut qrefs, total);
         let w = wait(&mut cq_c, &mut clients[0], total);
-        assert!(w.iter().all(|w| w.status == WcStatus::SUCCESS), "{name}: {w:?}");
+        assert!(
+            w.iter().all(|w| w.status == WcStatus::SUCCESS),
+            "{name}: {w:?}"
+        );
         let qpns: Vec<u32> = qrefs.iter().map(|q| q.qpn()).collect();
         let mut seen_ids = std::collections::HashSet::new();
         let mut seen_vals = std::collections::HashSet::new();
@@ -158,7 +163,10 @@ fn srq_serves_several_rc_qps() {
                 (WcStatus::SUCCESS, WcOpcode::RECV, 32),
                 "{name}: {w:?}"
             );
-            assert!((1000..1000 + total as u64).contains(&w.wr_id), "{name}: {w:?}");
+            assert!(
+                (1000..1000 + total as u64).contains(&w.wr_id),
+                "{name}: {w:?}"
+            );
             assert!(seen_ids.insert(w.wr_id), "{name}: wr_id twice: {w:?}");
             let off = (w.wr_id - 1000) as usize * SRQ_SLOT;
             let v = land.as_slice()[off];
@@ -200,7 +208,10 @@ fn srq_serves_several_rc_qps() {
             Err(Error::Unsupported) if !is_roce(&name) => {}
             Err(e) => panic!("{name}: query: {e} {:?}", rdma_direct::verbs::last_error()),
         }
-        assert_eq!(srq.arm_limit(srq.max_wr() + 1), Err(Error::InvalidAttribute));
+        assert_eq!(
+            srq.arm_limit(srq.max_wr() + 1),
+            Err(Error::InvalidAttribute)
+        );
         for m in 0..3u8 {
             clients[0]
                 .post_send(&[SendWr::inline(

@@ -44,7 +44,11 @@ fn ud_ping_pong_through_address_handles() {
                 Some(Error::Unsupported),
                 "{name}"
             );
-            assert_eq!(pd.create_ah(&ah_init).err(), Some(Error::Unsupported), "{name}");
+            assert_eq!(
+                pd.create_ah(&ah_init).err(),
+                Some(Error::Unsupported),
+                "{name}"
+            );
             eprintln!("{name}: UD is Unsupported here (fallback {fallback}), as documented");
             continue;
         }
@@ -76,7 +80,12 @@ fn ud_ping_pong_through_address_handles() {
         .unwrap();
         // An RC post on a UD QP has no address handle: refused.
         let e = a
-            .post_send(&[SendWr::new(1, SendOp::Send, &[src.sge(0, 8)], SendFlags::SIGNALED)])
+            .post_send(&[SendWr::new(
+                1,
+                SendOp::Send,
+                &[src.sge(0, 8)],
+                SendFlags::SIGNALED,
+            )])
             .unwrap_err();
         assert_eq!(e.error, Error::InvalidAttribute, "{name}");
         // RDMA does not exist on UD.
@@ -89,7 +98,10 @@ fn ud_ping_pong_through_address_handles() {
             &eight,
             SendFlags::SIGNALED,
         );
-        assert_eq!(a.post_send_ud(&write, &ah, b.qpn(), qkey), Err(Error::Unsupported));
+        assert_eq!(
+            a.post_send_ud(&write, &ah, b.qpn(), qkey),
+            Err(Error::Unsupported)
+        );
 
         // Ping: a -> b, 200 bytes from registered memory.
         a.post_send_ud(
@@ -100,7 +112,11 @@ fn ud_ping_pong_through_address_handles() {
         )
         .unwrap();
         let w = wait(&mut cq_a, &mut a, 1);
-        assert_eq!((w[0].wr_id, w[0].status), (1, WcStatus::SUCCESS), "{name}: {w:?}");
+        assert_eq!(
+            (w[0].wr_id, w[0].status),
+            (1, WcStatus::SUCCESS),
+            "{name}: {w:?}"
+        );
         let w = wait(&mut cq_b, &mut b, 1);
         assert_eq!(
             (w[0].wr_id, w[0].status, w[0].opcode, w[0].byte_len),
@@ -109,9 +125,17 @@ fn ud_ping_pong_through_address_handles() {
         );
         assert_eq!(w[0].src_qp, a.qpn(), "{name}");
         assert_eq!(w[0].qp_num, b.qpn(), "{name}");
-        assert_ne!(w[0].wc_flags & wc_flags::GRH, 0, "{name}: RoCE datagrams carry a GRH");
+        assert_ne!(
+            w[0].wc_flags & wc_flags::GRH,
+            0,
+            "{name}: RoCE datagrams carry a GRH"
+        );
         assert_eq!(&land_b.as_slice()[GRH..GRH + 200], &src.as_slice()[..200]);
-        assert_eq!(land_b.as_slice()[GRH + 200], 0xee, "{name}: wrote past the datagram");
+        assert_eq!(
+            land_b.as_slice()[GRH + 200],
+            0xee,
+            "{name}: wrote past the datagram"
+        );
 
         // Pong: b -> a, inline SEND_WITH_IMM.
         b.post_send_ud(
@@ -163,7 +187,11 @@ fn ud_ping_pong_through_address_handles() {
         .unwrap();
         wait(&mut cq_a, &mut a, 1);
         let w = wait(&mut cq_b, &mut b, 1);
-        assert_eq!((w[0].wr_id, w[0].byte_len), (11, 16 + GRH as u32), "{name}: {w:?}");
+        assert_eq!(
+            (w[0].wr_id, w[0].byte_len),
+            (11, 16 + GRH as u32),
+            "{name}: {w:?}"
+        );
         assert_eq!(&land_b.as_slice()[1024 + GRH..1024 + GRH + 16], &[0x77; 16]);
         drop(ah);
     }
