@@ -168,8 +168,11 @@ check_pair "ud_pingpong-ours-both-$RXE" 18515 "$UP --server" "$UP --connect 127.
 check "inproc-pingpong-ud-$RXE" "$FB $BIN/pingpong --ud --device $RXE --iters 200 --warmup 20 --size 512"
 check_refused "inproc-pingpong-ud-$SIW-refused" 2 "iWARP has no unreliable datagrams" \
   "$FB $BIN/pingpong --ud --device $SIW"
+# The direct rings are named: vm-suite.sh runs this script once per data
+# path, with RDMA_DIRECT_DATA_PATH set.
+DR="env RDMA_DIRECT_DATA_PATH=direct"
 check_refused "inproc-pingpong-ud-$RXE-direct-refused" 2 "no unreliable datagrams" \
-  "$BIN/pingpong --ud --device $RXE --size 512"
+  "$DR $BIN/pingpong --ud --device $RXE --size 512"
 
 # ibv_srq_pingpong compatibility (rxe0: out-of-band connection), on the
 # fallback; in-process on both devices.
@@ -182,7 +185,7 @@ for d in "$RXE" "$SIW"; do
   check "inproc-srq_server-$d" "$FB $BIN/srq_server --device $d --clients 8 --active 4 --burst 4 --rounds 20"
 done
 check_refused "inproc-srq_server-$RXE-direct-refused" 2 "has no shared receive queues" \
-  "$BIN/srq_server --device $RXE"
+  "$DR $BIN/srq_server --device $RXE"
 
 # rping compatibility (rdma_cm port 7174).
 C=10
