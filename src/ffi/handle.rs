@@ -33,12 +33,20 @@ pub(crate) struct Slot<T> {
 pub(crate) unsafe trait HandleStorage {
     /// The Rust value the storage holds.
     type Value;
-    /// Distinguishes handle kinds.
+    /// Distinguishes handle kinds. Below 2^31, so that the check compares
+    /// with an immediate operand (one instruction fewer per check on
+    /// x86-64 than a 64-bit constant), and with a non-zero low nibble, so
+    /// that zeroed storage never matches (storage is at least 16-aligned:
+    /// the address's low nibble is 0, so the magic word's is the tag's).
+    /// [`magic_for`] asserts both at compile time.
     const TAG: u64;
 }
 
 #[inline(always)]
 fn magic_for<S: HandleStorage>(storage: *const S) -> u64 {
+    const {
+        assert!(S::TAG < 1 << 31 && S::TAG & 0xf != 0);
+    }
     S::TAG ^ storage as usize as u64
 }
 
@@ -57,7 +65,7 @@ pub(crate) unsafe fn install<S: HandleStorage>(
     storage: *mut S,
     value: S::Value,
 ) -> Result<(), rdd_status> {
-    if storage as usize % align_of::<S>() != 0 {
+    if misaligned(storage) {
         return Err(rdd_status::InvalidArgument);
     }
     let slot = storage.cast::<Slot<S::Value>>();
@@ -70,6 +78,15 @@ pub(crate) unsafe fn install<S: HandleStorage>(
         })
     };
     Ok(())
+}
+
+/// Whether `p` is not aligned for `T`, tested on the address's low byte
+/// (every alignment is below 256): compiled to one `test` of the
+/// register's low byte on x86-64.
+#[inline(always)]
+pub(crate) fn misaligned<T>(p: *const T) -> bool {
+    const { assert!(align_of::<T>() < 256) };
+    (p as usize as u8) & (align_of::<T>() - 1) as u8 != 0
 }
 
 /// The live value in `storage`.
@@ -86,7 +103,7 @@ pub(crate) unsafe fn get<'a, S: HandleStorage>(
     if storage.is_null() {
         return Err(rdd_status::NullParameter);
     }
-    if storage as usize % align_of::<S>() != 0 {
+    if misaligned(storage) {
         return Err(rdd_status::InvalidHandle);
     }
     let slot = storage.cast::<Slot<S::Value>>();

@@ -24,7 +24,6 @@
 //! instructions (the `abi_poll_bound_*` rows of `scripts/bench.sh`) and
 //! covers every misuse short of freeing or moving the storage.
 
-use core::mem::align_of;
 use core::slice;
 
 use super::check_array;
@@ -97,7 +96,7 @@ pub unsafe extern "C" fn rdd_mlx5_cq_unbind(cq: *mut rdd_mlx5_cq_storage) -> rdd
         // SAFETY: caller contract.
         try_status!(unsafe { handle::get(cq) }.map(|_| ()));
         // SAFETY: a live handle: non-NULL, aligned, binding after the slot.
-        unsafe { cq_binding(cq).write(CqBinding::NONE) };
+        unsafe { cq_binding(cq).write(CqBinding::none()) };
         rdd_status::Ok
     })
 }
@@ -151,34 +150,35 @@ pub unsafe extern "C" fn rdd_mlx5_cq_poll_bound(
             // makes the same checks again (they are cheap and pure).
             // SAFETY: caller contract.
             if let Ok(queue) = unsafe { handle::get(cq) } {
-                if !out.is_null() && out as usize % align_of::<rdd_wc>() == 0 {
+                if !out.is_null() && !handle::misaligned(out) {
                     // SAFETY: `cq` is a live handle (non-NULL, aligned);
                     // the binding lies after the handle's slot, apart from
                     // `queue`'s bytes.
                     let b = unsafe { cq_binding(cq).read() };
-                    if !b.sq.is_null() {
-                        // Both bound handles are checked (a finalised one
-                        // is refused by the slow path, as for any `n`);
-                        // only the send queue is used here: the fast path
-                        // takes requester entries alone.
-                        // SAFETY: as in `poll_bound_slow`; the reference
-                        // is the only one into the SQ storage, which is
-                        // not the CQ's (its magic word is an SQ's).
-                        let sq = unsafe { handle::get_again(b.sq) }.ok();
-                        // SAFETY: as in `poll_bound_slow` (a check only).
-                        let rq_live = unsafe { handle::is_live_again(b.rq) };
+                    // Both bound handles are checked (a finalised one is
+                    // refused by the slow path, as for any `n`); only the
+                    // send queue is used here: the fast path takes
+                    // requester entries alone. An unbound CQ names the
+                    // sentinels, whose magic words never match, so no
+                    // NULL test is needed first.
+                    // SAFETY: `b.sq` and `b.rq` are storages bound with
+                    // `rdd_mlx5_cq_bind` (still allocated and in place:
+                    // caller contract) or the readable sentinels; the
+                    // reference is the only one into the SQ storage,
+                    // which is not the CQ's (its magic word is an SQ's).
+                    let sq = unsafe { handle::get_again(b.sq) };
+                    // SAFETY: as above (a check only, no reference).
+                    let rq_live = unsafe { handle::is_live_again(b.rq) };
+                    if let (Ok(sq), true) = (sq, rq_live) {
                         // SAFETY: `out` is non-NULL and aligned (checked)
                         // and valid for one write (caller contract);
                         // `rdd_wc` has the layout of `Wc` (asserted) and
                         // every bit pattern is a valid `Wc`.
                         let w = unsafe { &mut *out.cast::<Wc>() };
-                        if let (Some(sq), true) = (sq, rq_live) {
-                            let fast =
-                                queue.poll_one_fast(|qpn| (sq.qpn() == qpn).then_some(sq), w);
-                            if let Some(k) = fast {
-                                // k <= 1.
-                                return k as i32;
-                            }
+                        let fast = queue.poll_one_fast(|qpn| (sq.qpn() == qpn).then_some(sq), w);
+                        if let Some(k) = fast {
+                            // k <= 1.
+                            return k as i32;
                         }
                     }
                 }
@@ -212,7 +212,7 @@ unsafe fn poll_bound_slow(cq: *mut rdd_mlx5_cq_storage, out: *mut rdd_wc, n: u32
     // SAFETY: `cq` is a live handle (non-NULL, aligned); the binding
     // lies after the handle's slot, apart from `queue`'s bytes.
     let b = unsafe { cq_binding(cq).read() };
-    if b.sq.is_null() {
+    if b.is_none() {
         return neg(rdd_status::NoSuchObject);
     }
     // SAFETY: `rdd_mlx5_cq_bind` checked both pointers (non-NULL,

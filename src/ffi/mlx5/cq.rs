@@ -66,7 +66,7 @@ pub unsafe extern "C" fn rdd_mlx5_cq_init(
         try_status!(unsafe { handle::install(cq, queue) });
         // SAFETY: `cq` is non-NULL, aligned (`install` checked) and valid
         // for writes; the binding lies after the handle's slot.
-        unsafe { cq_binding(cq).write(CqBinding::NONE) };
+        unsafe { cq_binding(cq).write(CqBinding::none()) };
         rdd_status::Ok
     })
 }

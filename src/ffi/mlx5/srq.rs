@@ -47,7 +47,7 @@ const_assert!(align_of::<Slot<Srq>>() <= RDD_MLX5_SRQ_STORAGE_ALIGN);
 // array; the tag is distinct from the other storages'.
 unsafe impl HandleStorage for rdd_mlx5_srq_storage {
     type Value = Srq;
-    const TAG: u64 = 0x5244_445f_4d35_5352; // "RDD_M5SR"
+    const TAG: u64 = 0x4d35_5352; // "M5SR"
 }
 
 /// One entry of an SRQ's side table (one per WQE of its free list):

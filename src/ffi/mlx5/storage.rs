@@ -40,7 +40,7 @@ pub struct rdd_mlx5_sq_storage {
 /// `rdd_mlx5_sq_storage`).
 #[repr(C, align(16))]
 pub struct rdd_mlx5_rq_storage {
-    _opaque: [u8; RDD_MLX5_RQ_STORAGE_SIZE],
+    pub(super) _opaque: [u8; RDD_MLX5_RQ_STORAGE_SIZE],
 }
 
 /// Caller-provided storage for a completion-queue handle (same rules as
@@ -67,19 +67,19 @@ const_assert!(align_of::<Slot<CompletionQueue>>() <= RDD_MLX5_CQ_STORAGE_ALIGN);
 // array; the tags are distinct.
 unsafe impl HandleStorage for rdd_mlx5_sq_storage {
     type Value = SendQueue;
-    const TAG: u64 = 0x5244_445f_4d35_5351; // "RDD_M5SQ"
+    const TAG: u64 = 0x4d35_5351; // "M5SQ"
 }
 
 // SAFETY: as above.
 unsafe impl HandleStorage for rdd_mlx5_rq_storage {
     type Value = RecvQueue;
-    const TAG: u64 = 0x5244_445f_4d35_5251; // "RDD_M5RQ"
+    const TAG: u64 = 0x4d35_5251; // "M5RQ"
 }
 
 // SAFETY: as above.
 unsafe impl HandleStorage for rdd_mlx5_cq_storage {
     type Value = CompletionQueue;
-    const TAG: u64 = 0x5244_445f_4d35_4351; // "RDD_M5CQ"
+    const TAG: u64 = 0x4d35_4351; // "M5CQ"
 }
 
 // ---------------------------------------------------------------------
@@ -88,24 +88,51 @@ unsafe impl HandleStorage for rdd_mlx5_cq_storage {
 
 /// The send and receive queue handles bound to a CQ handle
 /// (`rdd_mlx5_cq_bind`), kept in the last bytes of its
-/// `rdd_mlx5_cq_storage`, after the handle's [`Slot`]. Both NULL: nothing
-/// is bound (the state `rdd_mlx5_cq_init` leaves; `rdd_mlx5_cq_fini`
-/// zeroes the whole storage).
+/// `rdd_mlx5_cq_storage`, after the handle's [`Slot`]. Nothing bound:
+/// both point to the [`UNBOUND_SQ`] and [`UNBOUND_RQ`] sentinels (the
+/// state `rdd_mlx5_cq_init` and `rdd_mlx5_cq_unbind` leave), so a bound
+/// poll checks the send queue's magic word without a NULL test first: the
+/// sentinel's never matches. A finalised CQ storage is all zeroes (NULL
+/// here), but its own magic word is refused before the binding is read.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(super) struct CqBinding {
-    /// The bound send queue's storage, or NULL.
+    /// The bound send queue's storage, or [`UNBOUND_SQ`].
     pub(super) sq: *mut rdd_mlx5_sq_storage,
-    /// The bound receive queue's storage (NULL exactly when `sq` is).
+    /// The bound receive queue's storage, or [`UNBOUND_RQ`] (exactly when
+    /// `sq` is [`UNBOUND_SQ`]).
     pub(super) rq: *mut rdd_mlx5_rq_storage,
 }
 
+/// What an unbound CQ's binding names instead of a send queue: zeroed
+/// storage, never written (only its magic word is ever read, and zero
+/// never matches: see [`HandleStorage::TAG`]).
+static UNBOUND_SQ: rdd_mlx5_sq_storage = rdd_mlx5_sq_storage {
+    _opaque: [0; RDD_MLX5_SQ_STORAGE_SIZE],
+};
+
+/// The receive-queue twin of [`UNBOUND_SQ`].
+static UNBOUND_RQ: rdd_mlx5_rq_storage = rdd_mlx5_rq_storage {
+    _opaque: [0; RDD_MLX5_RQ_STORAGE_SIZE],
+};
+
 impl CqBinding {
-    /// Nothing bound.
-    pub(super) const NONE: CqBinding = CqBinding {
-        sq: core::ptr::null_mut(),
-        rq: core::ptr::null_mut(),
-    };
+    /// Nothing bound: the two sentinels. The pointers are only read
+    /// through (a magic-word check that fails), never written.
+    #[inline(always)]
+    pub(super) fn none() -> CqBinding {
+        CqBinding {
+            sq: core::ptr::addr_of!(UNBOUND_SQ).cast_mut(),
+            rq: core::ptr::addr_of!(UNBOUND_RQ).cast_mut(),
+        }
+    }
+
+    /// Whether nothing is bound (the sentinels, or the NULL of a zeroed
+    /// storage).
+    #[inline(always)]
+    pub(super) fn is_none(&self) -> bool {
+        self.sq.is_null() || core::ptr::eq(self.sq, core::ptr::addr_of!(UNBOUND_SQ))
+    }
 }
 
 /// Offset of the [`CqBinding`] inside `rdd_mlx5_cq_storage`.
