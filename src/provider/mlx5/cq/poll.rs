@@ -123,10 +123,7 @@ impl CompletionQueue {
         let qpn = u32::from_be(sdq_raw) & 0x00ff_ffff;
         let sq = sq_for(qpn)?;
         let mut rc = sq.retire_cursor();
-        let r = rc.retire(counter)?;
-        if !r.user_signaled {
-            return None;
-        }
+        let r = rc.retire_signaled(counter)?;
         // SAFETY: `p` is the owned CQE64 the entry came from.
         w.set_words(unsafe { Wc::req_words(&r, p, Wc::words_pair(0, qpn)) });
         sq.commit_retire(&rc);
