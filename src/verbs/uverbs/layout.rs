@@ -34,6 +34,21 @@ static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_CREATE_QP, 24);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_MODIFY_QP, 26);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_DESTROY_QP, 27);
 static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_POST_SEND, 28);
+// SRQ commands (docs/spec/kernels.md, docs/spec/rxe.md §7).
+static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_CREATE_SRQ, 32);
+static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_MODIFY_SRQ, 33);
+static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_QUERY_SRQ, 34);
+static_assertions::const_assert_eq!(cmd::IB_USER_VERBS_CMD_DESTROY_SRQ, 35);
+static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_create_srq>>(), 40);
+static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_modify_srq>>(), 24);
+static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_query_srq>>(), 24);
+static_assertions::const_assert_eq!(size_of::<Cmd<k::ib_uverbs_destroy_srq>>(), 24);
+static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_create_srq_resp>(), 16);
+static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_query_srq_resp>(), 16);
+static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_destroy_srq_resp>(), 4);
+static_assertions::const_assert_eq!(size_of::<k::rxe_create_srq_resp>(), 24);
+static_assertions::const_assert_eq!(size_of::<k::rxe_modify_srq_cmd>(), 8);
+static_assertions::const_assert_eq!(size_of::<k::siw_uresp_create_srq>(), 16);
 // Core responses; the driver's response follows them (docs/spec/kernels.md: +8, +32).
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_create_cq_resp>(), 8);
 static_assertions::const_assert_eq!(size_of::<k::ib_uverbs_create_qp_resp>(), 32);

@@ -14,7 +14,10 @@
 //! * [`UverbsCq`]: CREATE_CQ, the ring mapping (rxe: the driver's `mminfo`;
 //!   siw: `num_cqe * 32 + 8` bytes at `cq_key`), REQ_NOTIFY_CQ (rxe's only
 //!   way to arm; siw arms in shared memory), DESTROY_CQ on drop;
-//! * [`UverbsQp`]: CREATE_QP (RC, no SRQ), both ring mappings, MODIFY_QP
+//! * [`UverbsSrq`]: CREATE_SRQ, the SRQ ring mapping (rxe: `mminfo`;
+//!   siw: `num_rqe * 112` bytes at `srq_key`), MODIFY_SRQ (the limit),
+//!   QUERY_SRQ, DESTROY_SRQ;
+//! * [`UverbsQp`]: CREATE_QP (RC, on its own receive ring or an SRQ), both ring mappings, MODIFY_QP
 //!   from the crate's [`QpModify`] (the same attributes and mask as the
 //!   verbs fallback's `ibv_modify_qp`) or from a raw `ibv_qp_attr` and mask
 //!   (rdma_cm's `rdma_init_qp_attr`), the doorbell (an empty POST_SEND,
@@ -59,6 +62,7 @@ mod kind;
 mod layout;
 mod mapping;
 mod qp;
+mod srq;
 
 pub use channel::CompChannel;
 pub use cq::UverbsCq;
@@ -67,3 +71,4 @@ pub use kind::Kind;
 pub use layout::RXE_DATA_OFFSET;
 pub use mapping::RingView;
 pub use qp::{QpService, UverbsQp};
+pub use srq::{SrqQuery, UverbsSrq};

@@ -1,4 +1,4 @@
-//! [`UverbsQp`]: CREATE_QP (RC, no SRQ), both ring mappings, MODIFY_QP,
+//! [`UverbsQp`]: CREATE_QP (RC, with a receive ring or on an SRQ), the ring mappings, MODIFY_QP,
 //! QUERY_QP, the doorbell (an empty POST_SEND) and DESTROY_QP.
 
 use core::cell::UnsafeCell;
@@ -10,7 +10,7 @@ use rdma_sys as ibv;
 use super::command::{cmd_error, cmd_fd, exec, resp_addr, write_raw, Cmd};
 use super::layout::{DOORBELL_WQE_SIZE, QPT_RC};
 use super::mapping::Ring;
-use super::{Kind, RingView, UverbsCq};
+use super::{Kind, RingView, UverbsCq, UverbsSrq};
 use crate::attr::{QpInit, QpModify};
 use crate::error::{Error, Result};
 use crate::sys::uverbs as k;
@@ -110,10 +110,87 @@ impl UverbsQp {
         sq_sig_all: bool,
         user_handle: u64,
     ) -> Result<UverbsQp> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            Self::create_inner(
+                ctx,
+                kind,
+                pd_handle,
+                [send_cq, recv_cq],
+                None,
+                caps,
+                sq_sig_all,
+                user_handle,
+            )
+        }
+    }
+
+    /// As [`UverbsQp::create`], for an RC QP that takes its receives from
+    /// `srq` (CREATE_QP with `is_srq` and the SRQ's handle,
+    /// docs/spec/rxe.md §7, docs/spec/siw.md §5): the kernel makes no
+    /// receive queue for it, so none is mapped ([`UverbsQp::rq`] is
+    /// `None`) and the receive sizes of `caps` are sent as 0. An SRQ of
+    /// another kind or context is [`Error::InvalidAttribute`].
+    ///
+    /// # Safety
+    /// As [`UverbsQp::create`]; `srq` must stay alive (not destroyed)
+    /// while this QP exists (the kernel refuses to destroy an SRQ in use).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn create_on_srq(
+        ctx: *mut ibv::ibv_context,
+        kind: Kind,
+        pd_handle: u32,
+        send_cq: &UverbsCq,
+        recv_cq: &UverbsCq,
+        srq: &UverbsSrq,
+        caps: &QpInit,
+        sq_sig_all: bool,
+        user_handle: u64,
+    ) -> Result<UverbsQp> {
+        let caps = QpInit {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..*caps
+        };
+        // SAFETY: forwarded contract.
+        unsafe {
+            Self::create_inner(
+                ctx,
+                kind,
+                pd_handle,
+                [send_cq, recv_cq],
+                Some(srq),
+                &caps,
+                sq_sig_all,
+                user_handle,
+            )
+        }
+    }
+
+    /// CREATE_QP, optionally on an SRQ, and the ring mappings.
+    ///
+    /// # Safety
+    /// As [`UverbsQp::create`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn create_inner(
+        ctx: *mut ibv::ibv_context,
+        kind: Kind,
+        pd_handle: u32,
+        [send_cq, recv_cq]: [&UverbsCq; 2],
+        srq: Option<&UverbsSrq>,
+        caps: &QpInit,
+        sq_sig_all: bool,
+        user_handle: u64,
+    ) -> Result<UverbsQp> {
         // SAFETY: the caller's contract.
         let fd = unsafe { cmd_fd(ctx) }?;
         for cq in [send_cq, recv_cq] {
             if cq.kind != kind || cq.fd != fd {
+                return Err(Error::InvalidAttribute);
+            }
+        }
+        if let Some(s) = srq {
+            if s.kind != kind || s.fd != fd {
                 return Err(Error::InvalidAttribute);
             }
         }
@@ -123,7 +200,7 @@ impl UverbsQp {
             pd_handle,
             send_cq_handle: send_cq.handle,
             recv_cq_handle: recv_cq.handle,
-            srq_handle: 0,
+            srq_handle: srq.map_or(0, |s| s.handle),
             max_send_wr: caps.max_send_wr,
             max_recv_wr: caps.max_recv_wr,
             max_send_sge: caps.max_send_sge,
@@ -131,7 +208,7 @@ impl UverbsQp {
             max_inline_data: caps.max_inline_data,
             sq_sig_all: u8::from(sq_sig_all),
             qp_type: QPT_RC,
-            is_srq: 0,
+            is_srq: u8::from(srq.is_some()),
             ..Default::default()
         };
         match kind {
@@ -149,7 +226,8 @@ impl UverbsQp {
                 // On error `qp` drops: what was mapped is unmapped, the QP
                 // destroyed.
                 qp.sq = Some(Ring::map_rxe(fd, &resp.drv.sq_mi)?);
-                if resp.drv.rq_mi.size != 0 {
+                // On an SRQ the kernel makes no receive queue.
+                if srq.is_none() && resp.drv.rq_mi.size != 0 {
                     qp.rq = Some(Ring::map_rxe(fd, &resp.drv.rq_mi)?);
                 }
                 Ok(qp)
@@ -173,9 +251,9 @@ impl UverbsQp {
                     size_of::<k::siw_sqe>(),
                     0,
                 )?);
-                // No receive queue when none was asked for: the key is then
-                // meaningless (0, itself a valid key, on current kernels).
-                if d.num_rqe != 0 {
+                // No receive queue when none was asked for (or on an SRQ):
+                // the key is then meaningless (0, itself a valid key, on current kernels).
+                if srq.is_none() && d.num_rqe != 0 {
                     qp.rq = Some(Ring::map_siw(
                         fd,
                         d.rq_key,
