@@ -149,8 +149,8 @@ impl<B: Backend> Pd<B> {
     /// The granted sizes are in [`Srq::max_wr`] and [`Srq::max_sge`].
     /// Sizes out of range are [`Error::InvalidAttribute`]; a backend
     /// without SRQs is [`Error::Unsupported`] (the verbs backend has them
-    /// on its fallback data path only: on the mlx5 direct path and the
-    /// direct rxe/siw rings they are [`Error::Unsupported`], see
+    /// on its fallback data path and on the direct rxe/siw rings; on the
+    /// mlx5 direct path they are [`Error::Unsupported`], see
     /// docs/status.md).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq<B>> {
         if max_wr == 0 || max_sge == 0 {
@@ -314,7 +314,9 @@ impl<B: Backend> Srq<B> {
     }
 
     /// The SRQ's sizes and its armed limit as the device has it (0 when
-    /// not armed, including after the limit event fired).
+    /// not armed, including after the limit event fired; except on siw's
+    /// direct rings, whose kernel keeps reporting the last armed limit
+    /// after the event: docs/status.md).
     pub fn query(&self) -> Result<SrqAttr> {
         if self.queue.is_none() {
             return Err(Error::NoSuchObject);

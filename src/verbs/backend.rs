@@ -483,9 +483,9 @@ impl VerbsDevice {
         init: &QpInit,
         ud: bool,
     ) -> Result<RawQp> {
-        if init.srq.is_some() && !self.on_fallback() {
-            // SRQs exist on the fallback data path only (src/verbs/srq.rs):
-            // refused, never ignored (docs/status.md).
+        if init.srq.is_some() && self.caps.direct_mlx5 {
+            // No SRQs on the mlx5 direct path (src/verbs/srq.rs): refused,
+            // never ignored (docs/status.md).
             return Err(Error::Unsupported);
         }
         let c = &self.caps;

@@ -42,7 +42,10 @@ pub(super) struct QpEntry {
 unsafe impl Send for QpEntry {}
 
 pub(super) struct SrqEntry {
+    /// libibverbs SRQ (null on the rxe/siw direct rings).
     pub(super) srq: Raw<sys::ibv_srq>,
+    /// The rxe/siw direct rings' SRQ.
+    pub(super) direct: Option<Arc<uverbs::UverbsSrq>>,
     pub(super) track: Arc<path::SrqTrack>,
     pub(super) pd: u32,
     /// QPs attached.

@@ -28,7 +28,7 @@ use crate::wr::{RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 /// WRs handed to a codec per call (one producer publication, at most one
 /// doorbell).
-const BATCH: usize = 32;
+pub(super) const BATCH: usize = 32;
 
 /// The send ring of a direct QP.
 pub(crate) enum SendRing {
@@ -114,7 +114,10 @@ impl SendRing {
 impl RecvRing {
     /// # Safety
     /// As the codecs' `post`.
-    unsafe fn post(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<usize, PostError> {
+    pub(super) unsafe fn post(
+        &mut self,
+        wrs: &[RecvWr<'_>],
+    ) -> core::result::Result<usize, PostError> {
         // SAFETY: forwarded contract.
         unsafe {
             match self {
@@ -129,7 +132,7 @@ impl RecvRing {
             RecvRing::Siw(q) => q.set_state(s),
         }
     }
-    fn capacity(&self) -> u32 {
+    pub(super) fn capacity(&self) -> u32 {
         match self {
             RecvRing::Rxe(q) => q.capacity(),
             RecvRing::Siw(q) => q.num_rqe(),
@@ -393,10 +396,14 @@ impl QpDriver for DirectQp {
             });
         }
         let Some(rq) = self.rq.as_mut() else {
-            return Err(PostError {
-                index: 0,
-                error: Error::RqFull,
-            });
+            // A QP on an SRQ has no receive queue: refused as the software
+            // device and the fallback refuse it (receives go to the SRQ).
+            let error = if t.srq.is_some() {
+                Error::InvalidAttribute
+            } else {
+                Error::RqFull
+            };
+            return Err(PostError { index: 0, error });
         };
         let none: &[Sge] = &[];
         let mut buf = [RecvWr {

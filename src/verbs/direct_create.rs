@@ -70,7 +70,9 @@ impl VerbsDevice {
     }
 
     /// An RC QP on the rxe/siw direct path: our own CREATE_QP on the PD
-    /// libibverbs made, both rings mapped and handed to the codecs.
+    /// libibverbs made, both rings mapped and handed to the codecs; or,
+    /// on an SRQ ([`QpInit::srq`]), the send ring alone, its receives
+    /// taken from the SRQ's ring (`super::direct_srq`).
     pub(super) fn create_direct_qp(
         &self,
         kind: uverbs::Kind,
@@ -97,6 +99,18 @@ impl VerbsDevice {
                 .ok_or(Error::InvalidAttribute)
         };
         let (scq, rcq) = (cq_of(send_cq)?, cq_of(recv_cq)?);
+        // The SRQ the QP takes its receives from: a direct one of this PD.
+        let srq = match init.srq {
+            None => None,
+            Some(id) => {
+                let e = t.srqs.get(&id.srqn).ok_or(Error::NoSuchObject)?;
+                if e.pd != pd {
+                    return Err(Error::InvalidAttribute);
+                }
+                let d = e.direct.as_ref().ok_or(Error::InvalidAttribute)?;
+                Some((id.srqn, Arc::clone(d), Arc::clone(&e.track)))
+            }
+        };
         let uh = u64::from(t.next);
         t.next += 1;
         let want = QpInit {
@@ -106,23 +120,40 @@ impl VerbsDevice {
             ..*init
         };
         // SAFETY: live context (held by the device); `pdp` is a live PD of
-        // it (in the tables); the CQs are this context's.
+        // it (in the tables); the CQs and the SRQ are this context's, and
+        // the SRQ is not destroyed while the QP is attached (`srq_destroy`
+        // refuses while its count is not 0, and the kernel while the QP
+        // exists).
         let qp = Arc::new(unsafe {
-            uverbs::UverbsQp::create(
-                self.ctx.ctx,
-                kind,
-                (*pdp).handle,
-                &scq,
-                &rcq,
-                &want,
-                false,
-                uh,
-            )
+            match &srq {
+                None => uverbs::UverbsQp::create(
+                    self.ctx.ctx,
+                    kind,
+                    (*pdp).handle,
+                    &scq,
+                    &rcq,
+                    &want,
+                    false,
+                    uh,
+                ),
+                Some((_, s, _)) => uverbs::UverbsQp::create_on_srq(
+                    self.ctx.ctx,
+                    kind,
+                    (*pdp).handle,
+                    &scq,
+                    &rcq,
+                    s,
+                    &want,
+                    false,
+                    uh,
+                ),
+            }
         }?);
         let caps = QpCaps {
             max_send_sge: want.max_send_sge,
             max_inline_data: want.max_inline_data,
-            max_recv_sge: want.max_recv_sge,
+            // A QP on an SRQ has no receive queue of its own.
+            max_recv_sge: if srq.is_some() { 0 } else { want.max_recv_sge },
         };
         let sq_view = qp.sq().ok_or(Error::InvalidGeometry)?;
         let rq_view = qp.rq();
@@ -159,7 +190,11 @@ impl VerbsDevice {
         };
         let qpn = qp.qp_num();
         let (sq_cap, rq_cap) = DirectQp::ring_capacity(&sq, rq.as_ref());
-        let track = Arc::new(vpath::QpTrack::new(qpn, sq_cap, rq_cap.max(1)));
+        let track = vpath::QpTrack::new(qpn, sq_cap, rq_cap.max(1));
+        let track = Arc::new(match &srq {
+            Some((_, _, st)) => track.on_srq(Arc::clone(st)),
+            None => track,
+        });
         let atomics = self.caps.atomics && kind == uverbs::Kind::Rxe;
         let dq = DirectQp::new(
             Arc::clone(&qp),
@@ -180,6 +215,14 @@ impl VerbsDevice {
             pd,
             [send_cq, recv_cq],
         );
+        if let Some((h, _, _)) = srq {
+            if let Some(e) = t.srqs.get_mut(&h) {
+                e.qps += 1;
+            }
+            if let Some(q) = t.qps.get_mut(&qpn) {
+                q.srq = Some(h);
+            }
+        }
         Ok(RawQp {
             path: RawQpPath::Driver(std::boxed::Box::new(dq)),
             qpn,
@@ -214,6 +257,18 @@ impl VerbsDevice {
             4 => qp_event(|qpn| E::CommEstablished { qpn }),
             5 => qp_event(|qpn| E::SqDrained { qpn }),
             16 => qp_event(|qpn| E::LastWqeReached { qpn }),
+            // IB_EVENT_SRQ_LIMIT_REACHED: the element is the user_handle
+            // our CREATE_SRQ gave, the SRQ's table handle
+            // (`create_direct_srq`). IB_EVENT_SRQ_ERR (14) stays `Other`.
+            15 => {
+                let srqn = u32::try_from(ev.element)
+                    .ok()
+                    .filter(|h| self.lock().srqs.get(h).is_some_and(|e| e.direct.is_some()));
+                match srqn {
+                    Some(srqn) => E::SrqLimitReached { srqn },
+                    None => E::Other { kind, element: cqn },
+                }
+            }
             8 => E::DeviceFatal,
             9 => E::PortActive { port },
             10 => E::PortError { port },

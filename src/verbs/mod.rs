@@ -36,6 +36,7 @@
 pub mod cm;
 pub(crate) mod direct;
 mod direct_create;
+mod direct_srq;
 mod layout_check;
 pub mod mlx5;
 pub mod oob;

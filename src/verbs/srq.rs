@@ -1,13 +1,13 @@
-//! Shared receive queues on the verbs backend: `ibv_create_srq`,
-//! `ibv_modify_srq` (the limit), `ibv_query_srq`, `ibv_destroy_srq`, for
-//! the fallback data path ([`path::VerbsSrq`] posts to them).
+//! Shared receive queues on the verbs backend: on the fallback data path
+//! `ibv_create_srq`, `ibv_modify_srq` (the limit), `ibv_query_srq`,
+//! `ibv_destroy_srq` ([`path::VerbsSrq`] posts to them); on the rxe/siw
+//! direct rings our own uverbs SRQ (`super::direct_srq`, the same commands
+//! written by [`super::uverbs::UverbsSrq`]).
 //!
-//! The direct paths have none: the mlx5 core's SRQ ring is not wired to
-//! libmlx5's SRQ objects, and the direct rxe/siw rings run on a context of
-//! their own with no libibverbs CQ a provider SRQ's QPs could complete on.
-//! There every call here is [`Error::Unsupported`] (docs/status.md); open
-//! the device with [`DataPath::Fallback`](super::DataPath::Fallback) for
-//! SRQs.
+//! The mlx5 direct path has none: its core's SRQ ring is not wired to
+//! libmlx5's SRQ objects. There every call here is [`Error::Unsupported`]
+//! (docs/status.md); open the device with
+//! [`DataPath::Fallback`](super::DataPath::Fallback) for SRQs.
 
 use std::boxed::Box;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ impl VerbsDevice {
 
     /// `Backend::create_driver_srq`.
     pub(super) fn srq_create(&self, pd: u32, max_wr: u32, max_sge: u32) -> Result<RawDriverSrq> {
-        if !self.on_fallback() {
+        if self.caps.direct_mlx5 {
             return Err(Error::Unsupported);
         }
         let c = &self.caps;
@@ -44,6 +44,9 @@ impl VerbsDevice {
         if c.max_srq_wr == 0 {
             // The device reports no SRQs (max_srq 0).
             return Err(Error::Unsupported);
+        }
+        if let Some((kind, _)) = self.direct {
+            return self.create_direct_srq(kind, pd, max_wr, max_sge);
         }
         let mut t = self.lock();
         let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
@@ -81,6 +84,7 @@ impl VerbsDevice {
             h,
             SrqEntry {
                 srq: Raw(srq),
+                direct: None,
                 track,
                 pd,
                 qps: 0,
@@ -104,9 +108,14 @@ impl VerbsDevice {
         if e.qps != 0 {
             return Err(Error::ResourceBusy);
         }
-        // SAFETY: a live SRQ with no QP attached; its poster is not used
-        // again (the API drops it with the handle).
-        check("ibv_destroy_srq", unsafe { sys::ibv_destroy_srq(e.srq.0) })?;
+        match &e.direct {
+            // DESTROY_SRQ now; the ring unmaps when the poster (dropped by
+            // the API with the handle) lets go of it.
+            Some(d) => d.destroy()?,
+            // SAFETY: a live SRQ with no QP attached; its poster is not
+            // used again (the API drops it with the handle).
+            None => check("ibv_destroy_srq", unsafe { sys::ibv_destroy_srq(e.srq.0) })?,
+        }
         let pd = e.pd;
         t.srqs.remove(&srqn);
         if let Some(p) = t.pds.get_mut(&pd) {
@@ -115,10 +124,14 @@ impl VerbsDevice {
         Ok(())
     }
 
-    /// `Backend::arm_srq_limit`: `ibv_modify_srq` with `IBV_SRQ_LIMIT`.
+    /// `Backend::arm_srq_limit`: `ibv_modify_srq` with `IBV_SRQ_LIMIT`
+    /// (direct rings: MODIFY_SRQ with the limit alone).
     pub(super) fn srq_arm(&self, srqn: u32, limit: u32) -> Result<()> {
         let t = self.lock();
         let e = t.srqs.get(&srqn).ok_or(Error::NoSuchObject)?;
+        if let Some(d) = &e.direct {
+            return d.arm_limit(limit);
+        }
         let mut a = sys::ibv_srq_attr {
             max_wr: 0,
             max_sge: 0,
@@ -135,10 +148,19 @@ impl VerbsDevice {
     }
 
     /// `Backend::query_srq`: [`Error::Unsupported`] where the provider has
-    /// no `query_srq` (siw in rdma-core 44).
+    /// no `query_srq` (libsiw in rdma-core 44). The direct rings ask the
+    /// kernel (QUERY_SRQ), which answers for both rxe and siw.
     pub(super) fn srq_query(&self, srqn: u32) -> Result<SrqAttr> {
         let t = self.lock();
         let e = t.srqs.get(&srqn).ok_or(Error::NoSuchObject)?;
+        if let Some(d) = &e.direct {
+            let q = d.query()?;
+            return Ok(SrqAttr {
+                max_wr: q.max_wr,
+                max_sge: q.max_sge,
+                srq_limit: q.srq_limit,
+            });
+        }
         let mut a = sys::ibv_srq_attr {
             max_wr: 0,
             max_sge: 0,

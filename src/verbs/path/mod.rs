@@ -37,6 +37,7 @@ pub(crate) use qp::WindowTable;
 pub use qp::{VerbsQp, CHAIN};
 pub use registry::CqRegistry;
 pub(crate) use registry::RegistryView;
+pub(crate) use srq::SrqPoster;
 pub use srq::{SrqTrack, VerbsSrq};
 pub use track::QpTrack;
 pub(crate) use track::{drain_marker_wr, track_accessors, RECV_BIT};

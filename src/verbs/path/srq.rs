@@ -95,50 +95,25 @@ impl SrqTrack {
     }
 }
 
-/// A verbs-fallback SRQ: validates receives with the crate's rules and
-/// posts them through libibverbs' provider, one chain per call.
-pub struct VerbsSrq {
-    srq: *mut sys::ibv_srq,
+/// The poster's side of an [`SrqTrack`]: its own free slots and the
+/// generation of the next wr_id. Shared by the fallback's [`VerbsSrq`] and
+/// the direct rings' SRQ (`verbs::direct_srq`).
+pub(crate) struct SrqPoster {
     track: Arc<SrqTrack>,
-    /// The receive limits (`max_recv_sge` is the SRQ's `max_sge`).
-    caps: QpCaps,
     /// Free slots (the poster's own; refilled from `track.returned`).
     free: Vec<u32>,
     /// Posts so far: the generation in the next wr_id.
     gen: u64,
-    /// Reused chain and SGEs, as [`super::VerbsQp`]'s.
-    chain: Box<[sys::ibv_recv_wr; CHAIN]>,
-    sges: Box<[sys::ibv_sge; SGES]>,
 }
 
-// SAFETY: the SRQ pointer is used only through `&mut self` (one thread at
-// a time) and libibverbs SRQs may be used from any thread; the chain's
-// pointers point into this SRQ's own scratch arrays and are handed to the
-// provider only inside a call.
-unsafe impl Send for VerbsSrq {}
-
-impl VerbsSrq {
-    /// Wraps a created SRQ of `max_sge` scatter entries per receive.
-    pub(crate) fn new(srq: *mut sys::ibv_srq, track: Arc<SrqTrack>, max_sge: u32) -> VerbsSrq {
+impl SrqPoster {
+    /// The poster of `track`, every slot free.
+    pub(crate) fn new(track: Arc<SrqTrack>) -> SrqPoster {
         let free = (0..track.capacity()).rev().collect();
-        VerbsSrq {
-            srq,
+        SrqPoster {
             track,
-            caps: QpCaps {
-                max_send_sge: 0,
-                max_inline_data: 0,
-                max_recv_sge: max_sge,
-            },
             free,
             gen: 0,
-            chain: Box::new(core::array::from_fn(|_| blank_recv())),
-            sges: Box::new(
-                [sys::ibv_sge {
-                    addr: 0,
-                    length: 0,
-                    lkey: 0,
-                }; SGES],
-            ),
         }
     }
 
@@ -154,6 +129,78 @@ impl VerbsSrq {
             self.free.append(&mut r);
         }
         self.free.pop()
+    }
+
+    /// Records the user's `wr_id` in a free slot and publishes the slot;
+    /// returns the wr_id the provider or ring is to carry
+    /// (`RECV_BIT | SRQ_BIT | gen << 24 | slot`), `None` when every slot
+    /// is posted ([`Error::RqFull`] for the caller).
+    pub(crate) fn publish(&mut self, wr_id: u64) -> Option<u64> {
+        let slot = self.take_slot()?;
+        self.gen = self.gen.wrapping_add(1);
+        let tag = RECV_BIT
+            | SRQ_BIT
+            | (self.gen << SLOT_BITS) & !(RECV_BIT | SRQ_BIT | SLOT_MASK)
+            | u64::from(slot);
+        let s = &self.track.slots[slot as usize];
+        // Relaxed: published by the Release store of the tag.
+        s.wr_id.store(wr_id, Ordering::Relaxed);
+        // Release: the slot before the provider may complete it.
+        s.tag.store(tag, Ordering::Release);
+        Some(tag)
+    }
+
+    /// Takes back the slot of `tag` (from [`SrqPoster::publish`]) that the
+    /// provider or ring never received: a completion naming it is then
+    /// corrupt.
+    pub(crate) fn unpublish(&mut self, tag: u64) {
+        let slot = (tag & SLOT_MASK) as u32;
+        if let Some(s) = self.track.slots.get(slot as usize) {
+            // Relaxed: the provider never saw this id.
+            s.tag.store(0, Ordering::Relaxed);
+            self.free.push(slot);
+        }
+    }
+}
+
+/// A verbs-fallback SRQ: validates receives with the crate's rules and
+/// posts them through libibverbs' provider, one chain per call.
+pub struct VerbsSrq {
+    srq: *mut sys::ibv_srq,
+    poster: SrqPoster,
+    /// The receive limits (`max_recv_sge` is the SRQ's `max_sge`).
+    caps: QpCaps,
+    /// Reused chain and SGEs, as [`super::VerbsQp`]'s.
+    chain: Box<[sys::ibv_recv_wr; CHAIN]>,
+    sges: Box<[sys::ibv_sge; SGES]>,
+}
+
+// SAFETY: the SRQ pointer is used only through `&mut self` (one thread at
+// a time) and libibverbs SRQs may be used from any thread; the chain's
+// pointers point into this SRQ's own scratch arrays and are handed to the
+// provider only inside a call.
+unsafe impl Send for VerbsSrq {}
+
+impl VerbsSrq {
+    /// Wraps a created SRQ of `max_sge` scatter entries per receive.
+    pub(crate) fn new(srq: *mut sys::ibv_srq, track: Arc<SrqTrack>, max_sge: u32) -> VerbsSrq {
+        VerbsSrq {
+            srq,
+            poster: SrqPoster::new(track),
+            caps: QpCaps {
+                max_send_sge: 0,
+                max_inline_data: 0,
+                max_recv_sge: max_sge,
+            },
+            chain: Box::new(core::array::from_fn(|_| blank_recv())),
+            sges: Box::new(
+                [sys::ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                }; SGES],
+            ),
+        }
     }
 }
 
@@ -176,20 +223,10 @@ impl SrqDriver for VerbsSrq {
                     }
                     break;
                 }
-                let Some(slot) = self.take_slot() else {
+                let Some(tag) = self.poster.publish(wr.wr_id) else {
                     refused = Some(Error::RqFull);
                     break;
                 };
-                self.gen = self.gen.wrapping_add(1);
-                let tag = RECV_BIT
-                    | SRQ_BIT
-                    | (self.gen << SLOT_BITS) & !(RECV_BIT | SRQ_BIT | SLOT_MASK)
-                    | u64::from(slot);
-                let s = &self.track.slots[slot as usize];
-                // Relaxed: published by the Release store of the tag.
-                s.wr_id.store(wr.wr_id, Ordering::Relaxed);
-                // Release: the slot before the provider may complete it.
-                s.tag.store(tag, Ordering::Release);
                 self.chain[n] = recv_entry(tag, wr, &mut self.sges, &mut used);
                 n += 1;
             }
@@ -207,12 +244,7 @@ impl SrqDriver for VerbsSrq {
                     // queueing anything of a WR): their slots are free
                     // again, and a completion naming one would be corrupt.
                     for w in &self.chain[idx..n] {
-                        let slot = (w.wr_id & SLOT_MASK) as u32;
-                        // Relaxed: the provider never saw this id.
-                        self.track.slots[slot as usize]
-                            .tag
-                            .store(0, Ordering::Relaxed);
-                        self.free.push(slot);
+                        self.poster.unpublish(w.wr_id);
                     }
                     return Err(PostError {
                         index: done + idx,
@@ -247,5 +279,54 @@ unsafe fn post_srq_recv_raw(
         // SAFETY: as above.
         Some(f) => unsafe { f(srq, wr, bad) },
         None => libc::ENOSYS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table the direct rings and the fallback share: exact capacity,
+    /// one report per receive, and every id that names no outstanding
+    /// receive (repeated, stale, out of range, never handed to the ring)
+    /// is `CqeCorrupt`.
+    #[test]
+    fn poster_tags_complete_once_and_refuses_corrupt_ids() {
+        let t = Arc::new(SrqTrack::new(4));
+        let mut p = SrqPoster::new(Arc::clone(&t));
+        let tags: Vec<u64> = (0..4).map(|i| p.publish(100 + i).unwrap()).collect();
+        assert_eq!(p.publish(9), None, "a fifth receive in a table of 4");
+        for &tag in &tags {
+            assert_eq!(tag & (RECV_BIT | SRQ_BIT), RECV_BIT | SRQ_BIT);
+        }
+        assert_eq!(t.complete(tags[2]), Ok(102));
+        assert_eq!(t.complete(tags[2]), Err(Error::CqeCorrupt), "twice");
+        let stale = tags[0] ^ (1 << SLOT_BITS);
+        assert_eq!(
+            t.complete(stale),
+            Err(Error::CqeCorrupt),
+            "wrong generation"
+        );
+        let far = RECV_BIT | SRQ_BIT | SLOT_MASK;
+        assert_eq!(t.complete(far), Err(Error::CqeCorrupt), "slot out of range");
+        // The completed slot comes back under a new id; the old one stays
+        // corrupt.
+        let again = p.publish(200).unwrap();
+        assert_eq!(again & SLOT_MASK, tags[2] & SLOT_MASK);
+        assert_ne!(again, tags[2]);
+        assert_eq!(t.complete(tags[2]), Err(Error::CqeCorrupt));
+        // Taken back before the ring saw it: its id is corrupt, its slot
+        // free.
+        p.unpublish(again);
+        assert_eq!(t.complete(again), Err(Error::CqeCorrupt));
+        assert_eq!(
+            p.publish(300).map(|x| x & SLOT_MASK),
+            Some(tags[2] & SLOT_MASK)
+        );
+        assert_eq!(p.publish(301), None);
+        // The others complete once each, with their own wr_ids.
+        for (i, &tag) in tags.iter().enumerate().filter(|(i, _)| *i != 2) {
+            assert_eq!(t.complete(tag), Ok(100 + i as u64));
+        }
     }
 }
