@@ -28,10 +28,10 @@
 #   srq_pingpong-*      srq_server in two-process mode against
 #                       ibv_srq_pingpong on rxe0 (16 RC QPs on one SRQ per
 #                       side; both roles, and against itself), on the
-#                       fallback; srq_server in-process on rxe0 and siw0
-#                       (fallback; siw connects through rdma_cm, so
-#                       ibv_srq_pingpong cannot run there); refused (exit 2)
-#                       on the direct rings
+#                       fallback and on the direct rings; srq_server
+#                       in-process on rxe0 and siw0 on both data paths
+#                       (siw connects through rdma_cm, so ibv_srq_pingpong
+#                       cannot run there)
 #   rping-*             examples/rping against rping -V (both roles) on rxe0
 #                       and siw0, and against itself on siw0
 #   disc-*              disconnects and refusals are reported at once and
@@ -175,17 +175,18 @@ check_refused "inproc-pingpong-ud-$RXE-direct-refused" 2 "no unreliable datagram
   "$DR $BIN/pingpong --ud --device $RXE --size 512"
 
 # ibv_srq_pingpong compatibility (rxe0: out-of-band connection), on the
-# fallback; in-process on both devices.
-SP="$FB $BIN/srq_server --device $RXE --gid-idx $G --iters $N"
+# fallback and on the direct rings; in-process on both devices, both paths.
 SQ="ibv_srq_pingpong -d $RXE -g $G -n $N"
-check_pair "srq_pingpong-ours-server-$RXE" 18515 "$SP --server" "$SQ 127.0.0.1"
-check_pair "srq_pingpong-ours-client-$RXE" 18515 "$SQ" "$SP --connect 127.0.0.1"
-check_pair "srq_pingpong-ours-both-$RXE" 18515 "$SP --server" "$SP --connect 127.0.0.1"
-for d in "$RXE" "$SIW"; do
-  check "inproc-srq_server-$d" "$FB $BIN/srq_server --device $d --clients 8 --active 4 --burst 4 --rounds 20"
+for p in fallback direct; do
+  SP="env RDMA_DIRECT_DATA_PATH=$p $BIN/srq_server --device $RXE --gid-idx $G --iters $N"
+  check_pair "srq_pingpong-ours-server-$RXE-$p" 18515 "$SP --server" "$SQ 127.0.0.1"
+  check_pair "srq_pingpong-ours-client-$RXE-$p" 18515 "$SQ" "$SP --connect 127.0.0.1"
+  check_pair "srq_pingpong-ours-both-$RXE-$p" 18515 "$SP --server" "$SP --connect 127.0.0.1"
+  for d in "$RXE" "$SIW"; do
+    check "inproc-srq_server-$d-$p" \
+      "env RDMA_DIRECT_DATA_PATH=$p $BIN/srq_server --device $d --clients 8 --active 4 --burst 4 --rounds 20"
+  done
 done
-check_refused "inproc-srq_server-$RXE-direct-refused" 2 "has no shared receive queues" \
-  "$DR $BIN/srq_server --device $RXE"
 
 # rping compatibility (rdma_cm port 7174).
 C=10

@@ -38,8 +38,10 @@
 //! active, bursts of 8, 200 rounds, 512 bytes, depth 2 × active × burst).
 //!
 //! With `--device NAME` (builds with `--features verbs`) the same runs on a
-//! kernel device; a device or data path without SRQs is refused up front:
-//! the program says so and exits with status 2, without running anything.
+//! kernel device: on rxe and siw on both data paths (the direct rings, the
+//! default, and `RDMA_DIRECT_DATA_PATH=fallback`). A device or data path
+//! without SRQs (the mlx5 direct path) is refused up front: the program
+//! says so and exits with status 2, without running anything.
 //!
 //! **Two-process mode** (`--server`, or `--connect HOST`; with `--device`,
 //! verbs only): `--num-qp` RC QPs per process on one SRQ, connected out of
@@ -435,8 +437,8 @@ fn run<B: ExampleBackend>(dev: Device<B>, args: &Args) -> Result<Outcome, String
         Ok(s) => s,
         Err(Error::Unsupported) => {
             return Ok(Outcome::NotRun(format!(
-                "{} (this data path) has no shared receive queues (on rxe and siw the direct \
-                 rings have none: run with RDMA_DIRECT_DATA_PATH=fallback)",
+                "{} (this data path) has no shared receive queues (the mlx5 direct path has \
+                 none: run with RDMA_DIRECT_DATA_PATH=fallback)",
                 dev.backend().name()
             )))
         }

@@ -59,8 +59,8 @@ pub(super) fn run(dev: &Device<Dev>, args: &Args, w: &WireArgs) -> Result<Outcom
         Ok(s) => s,
         Err(Error::Unsupported) => {
             return Ok(Outcome::NotRun(format!(
-                "{} (this data path) has no shared receive queues (on rxe and siw the direct \
-                 rings have none: run with RDMA_DIRECT_DATA_PATH=fallback)",
+                "{} (this data path) has no shared receive queues (the mlx5 direct path has \
+                 none: run with RDMA_DIRECT_DATA_PATH=fallback)",
                 dev.backend().name()
             )))
         }
