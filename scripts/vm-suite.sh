@@ -16,8 +16,9 @@
 #   verbs      tests/verbs_device.rs on rxe0 and siw0: every opcode with
 #              memory checked, bad rkey, flush on ERROR, typed WR errors,
 #              rdma_cm on both transports, waits with events and timeouts,
-#              async events, SRQs (fallback: rxe and siw) and UD (fallback:
-#              rxe), refused with Unsupported on the direct rings; tests/uverbs_raw.rs: raw uverbs CQs and QPs;
+#              async events, SRQs (rxe and siw, both data paths) and UD
+#              (fallback: rxe; refused with Unsupported on the direct
+#              rings); tests/uverbs_raw.rs: raw uverbs CQs and QPs;
 #              tests/direct_paths.rs: our own rxe/siw rings (wrap-around,
 #              talking to libibverbs' provider, a destroyed peer, a random
 #              workload, doorbells per batch); tests/credit_verbs.rs:
