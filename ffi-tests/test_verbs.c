@@ -9,7 +9,10 @@
  * recovery of both QPs, rdd_qp_write with RDD_SEND_DEFER_DOORBELL and
  * rdd_qp_ring (one doorbell per batch), and a memory window exposed through
  * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
- * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). On
+ * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). The
+ * SRQ and UD calls (verbs_srq_ud.h): on the verbs fallback an SRQ feeding
+ * three RC QPs on rxe, its limit event and refusals on rxe and siw, a UD
+ * ping on rxe; UNSUPPORTED on the direct rings. On
  * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
  * queues to hand to the raw-queue level). Then the refusal tables of
  * refusals.h (shared with test_refusals.c on the software device): every
@@ -28,6 +31,7 @@
 
 #include "harness.h"
 #include "refusals.h"
+#include "verbs_srq_ud.h"
 
 #define BUF 4096u
 #define ALL_REMOTE (RDD_ACCESS_REMOTE_WRITE | RDD_ACCESS_REMOTE_READ | RDD_ACCESS_REMOTE_ATOMIC)
@@ -488,10 +492,12 @@ int main(void)
     }
     if (rxe) {
         test_rxe(rxe);
+        test_srq_ud(rxe, 1);
         run_device_refusal_tests(REFUSAL_RXE, rxe);
     }
     if (siw) {
         test_siw(siw);
+        test_srq_ud(siw, 0);
         run_device_refusal_tests(REFUSAL_SIW, siw);
     }
     return h_finish("test_verbs");

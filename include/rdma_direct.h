@@ -3676,7 +3676,9 @@ rdd_status rdd_qp_create(struct rdd_pd *pd,
  * and writes nothing. The SRQ's receive completions come on `recv_cq`
  * with the SRQ receive's `wr_id` and this QP's number in
  * `rdd_wc.qp_num`; `rdd_cq_poll`, `rdd_cq_poll_n` and `rdd_cq_wait` route
- * them through the SRQ, which each of them then uses exclusively too.
+ * them through the SRQ, which each of them then uses exclusively too (on
+ * the verbs fallback the provider's CQ maps them back itself and the
+ * polls do not use the SRQ).
  *
  * The sizing guard counts the QP's send queue on `send_cq` and the SRQ's
  * `max_wr` once on each receive CQ its QPs use (not once per QP). While
@@ -3686,7 +3688,10 @@ rdd_status rdd_qp_create(struct rdd_pd *pd,
  * `rdd_qp_create`; for `srq` `NULL_PARAMETER`, `INVALID_HANDLE`,
  * `RESOURCE_BUSY`; `INVALID_ARGUMENT` (the SRQ is of another PD);
  * `CQ_TOO_SMALL` (`recv_cq` cannot take the SRQ's `max_wr` besides what
- * it holds); `UNSUPPORTED` (a device without SRQs).
+ * it holds); `UNSUPPORTED` (a device without SRQs; on a kernel device an
+ * SRQ exists only on the verbs fallback, `rdd_srq_create`, and a
+ * signal-all QP, `RDD_QP_INIT_SIG_ALL`, is `UNSUPPORTED` there as for
+ * every kernel-device QP).
  *
  * # Safety
  * As `rdd_qp_create`.
@@ -3916,8 +3921,11 @@ rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
  * `RESOURCE_BUSY` (the PD in use by another thread's exclusive call),
  * `INVALID_ARGUMENT` (`init->reserved` not 0), `INVALID_ATTRIBUTE`
  * (`max_wr` or `max_sge` 0 or above the device's limits: 32767 and 31 on
- * the software device), `UNSUPPORTED` (a device without SRQs: every
- * kernel device for now), `RESOURCE_EXHAUSTED`.
+ * the software device), `UNSUPPORTED` (a device or data path without
+ * SRQs: a kernel device on its default data path, the direct rxe/siw
+ * rings or ConnectX's mlx5 path; rxe and siw opened with
+ * `RDMA_DIRECT_DATA_PATH=fallback` have them, through libibverbs'
+ * provider), `RESOURCE_EXHAUSTED`.
  *
  * # Safety
  * `init` is valid for reads of one `rdd_srq_init`; `out` for a write of
@@ -3953,6 +3961,9 @@ rdd_status rdd_srq_destroy(struct rdd_srq *srq);
  * against an unguarded CQ's headroom (the sizing guard counts the SRQ's
  * `max_wr` once on each such CQ instead).
  *
+ * On the verbs fallback (a provider-posted SRQ) each request is one
+ * `ibv_post_srq_recv` of its own, published at once.
+ *
  * # Safety
  * `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to
  * `num_sge` readable entries naming memory of this device's MRs (checked
@@ -3969,7 +3980,8 @@ rdd_status rdd_srq_post_recv(struct rdd_srq *srq,
  * one `rdd_recv_wr` with one SGE. `flags` is 0 or
  * `RDD_SEND_DEFER_DOORBELL`: the receive is then published to the device
  * by the next `rdd_srq_recv` without it, `rdd_srq_post_recv` or
- * `rdd_srq_ring` (one doorbell-record update for a batch).
+ * `rdd_srq_ring` (one doorbell-record update for a batch; on the verbs
+ * fallback the bit is a hint: every receive is published at once).
  *
  * `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the handle);
  * `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (never with one SGE),
@@ -3989,7 +4001,8 @@ rdd_status rdd_srq_recv(struct rdd_srq *srq,
 /**
  * Publishes the receives posted to the SRQ with `RDD_SEND_DEFER_DOORBELL`
  * and not published yet (one doorbell-record update). Nothing pending:
- * nothing happens. `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * nothing happens (always the case on the verbs fallback, which defers
+ * nothing). `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`,
  * `RESOURCE_BUSY`.
  */
 rdd_status rdd_srq_ring(struct rdd_srq *srq);
@@ -4002,6 +4015,9 @@ rdd_status rdd_srq_ring(struct rdd_srq *srq);
  * `rdd_srq_query`) and disarms the limit; arm again for another event.
  * 0 disarms. `INVALID_ATTRIBUTE` for a limit above the granted `max_wr`
  * (nothing changes); `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`.
+ * On the verbs fallback the kernel raises the event (rxe and siw both
+ * do) and the call is `ibv_modify_srq`; a refusal there is
+ * `PROVIDER_ERROR`.
  */
 rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
                              uint32_t limit);
@@ -4009,6 +4025,8 @@ rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
 /**
  * The SRQ's granted sizes, its armed limit as the device has it, and its
  * number (see `rdd_srq_attr`). `*out` is written only on `OK`.
+ * `UNSUPPORTED` on siw's fallback path (libsiw, rdma-core 44, has no
+ * `ibv_query_srq`: the limit is not known, so nothing is reported).
  *
  * # Safety
  * `out` is valid for a write of one `rdd_srq_attr`.
@@ -4026,8 +4044,12 @@ rdd_status rdd_srq_query(const struct rdd_srq *srq,
  * `INVALID_ARGUMENT` (`is_global` other than 0 or 1, `reserved` not 0);
  * `INVALID_ATTRIBUTE` (an SL above 15, a flow label wider than 20 bits,
  * a port other than the device's, or what the device refuses: on the
- * software device a source GID index other than 0); `UNSUPPORTED` (a
- * device without UD: every one but the software device for now).
+ * software device a source GID index other than 0; on a kernel device
+ * what `ibv_create_ah` refuses, `PROVIDER_ERROR`); `UNSUPPORTED` (a
+ * device or data path without UD: siw (iWARP has no datagrams), and
+ * every kernel device on its default data path (the direct rxe/siw rings,
+ * ConnectX's mlx5 path); rxe opened with `RDMA_DIRECT_DATA_PATH=fallback`
+ * has UD, through libibverbs' provider).
  *
  * # Safety
  * `attr` is valid for reads of one `rdd_ah_attr`; `out` for a write of
@@ -4042,14 +4064,19 @@ rdd_status rdd_ah_create(struct rdd_pd *pd,
  * not affected (each WQE holds its own copy of the address), so this is
  * allowed with sends outstanding; later sends naming the handle are
  * `INVALID_HANDLE`. `RESOURCE_BUSY` while another thread sends through
- * it.
+ * it. On the verbs fallback it is `ibv_destroy_ah`: rxe's provider may
+ * name the kernel's handle in a posted send rather than copy the
+ * address, so destroy it after the sends through it have completed (one
+ * still in flight may then complete in error).
  */
 rdd_status rdd_ah_destroy(struct rdd_ah *ah);
 
 /**
  * Creates an unreliable-datagram queue pair (in RESET) on `pd`, as
  * `rdd_qp_create` creates an RC one: same arguments, same sizing guard,
- * same statuses, plus `UNSUPPORTED` on a device without UD. Make it
+ * same statuses, plus `UNSUPPORTED` on a device or data path without UD
+ * (as `rdd_ah_create`: of the kernel devices, only rxe on the verbs
+ * fallback has it). Make it
  * ready with `rdd_qp_ready_ud` (it connects to nothing: `rdd_qp_connect`
  * on it is `INVALID_ATTRIBUTE`, `rdd_qp_recover` `UNSUPPORTED`).
  *
@@ -4063,7 +4090,7 @@ rdd_status rdd_ah_destroy(struct rdd_ah *ah);
  * with `byte_len` `n + 40`, `src_qp` the sender's QP number, `slid` and
  * `sl` the sender's, and `RDD_WC_FLAG_GRH` when the sender's address
  * handle was global (the 40 bytes then hold the GRH; otherwise they are
- * left as they were).
+ * left as they were). On RoCE (rxe) every datagram carries a GRH.
  *
  * # Safety
  * As `rdd_qp_create`.
@@ -4102,8 +4129,10 @@ rdd_status rdd_qp_ready_ud(struct rdd_qp *qp,
 
 /**
  * The datagrams the software device `dev` dropped since it was opened,
- * by reason (see `rdd_ud_drops`). `UNSUPPORTED` for a kernel device
- * (its drops are in its port counters).
+ * by reason (see `rdd_ud_drops`). `UNSUPPORTED` for every kernel device,
+ * on every data path (the kernel keeps no such per-reason count: rxe's
+ * drops are in its port and hardware counters, `rdma statistic`), with
+ * `*out` unwritten.
  *
  * # Safety
  * `out` is valid for a write of one `rdd_ud_drops`.
@@ -4117,7 +4146,8 @@ rdd_status rdd_device_ud_drops(struct rdd_device *dev,
  * `remote_qkey` (`RDD_OWN_QKEY`: this QP's own). Flags and deferral as
  * `rdd_qp_send` (`RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
  * `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`; `rdd_qp_ring` rings
- * deferred datagrams too). The QP and `ah` are used (the QP exclusively,
+ * deferred datagrams too; on the verbs fallback, rxe's only UD path, the
+ * bit is a hint: each datagram is one `ibv_post_send`, rung at once). The QP and `ah` are used (the QP exclusively,
  * `ah` shared) for the call only: `ah` may be destroyed right after.
  *
  * Statuses (a refused call writes nothing and rings nothing): `OK`;

@@ -566,6 +566,9 @@ pub unsafe extern "C" fn rdd_qp_recv(
                 }
                 r
             }
+            // A QP on the provider's SRQ (the verbs fallback): its
+            // receives go to the SRQ; refused before the provider sees it.
+            QpImpl::Driver(_) if q.srq.is_some() => Err(crate::error::Error::InvalidAttribute),
             QpImpl::Driver(p) => p.post_recv(core::slice::from_ref(&wr)).map_err(|e| e.error),
         };
         match r {

@@ -159,8 +159,9 @@ fn poll_with_srqs(c: &mut CqObj, out: &mut [Wc]) -> i32 {
             let mut route = WithSrqs::new(&mut lazy, &c.srqs);
             poll_mlx5(cq, &c.budget, &mut route, out)
         }
-        // SRQs exist only on the mlx5 core (QPs on them are refused on a
-        // provider-polled device).
+        // Only mlx5 SRQs are bound to CQs: a provider-posted SRQ (the
+        // verbs fallback) never is, its driver CQ maps its receives itself
+        // (`rdd_qp_create_on_srq`). Not reached.
         CqImpl::Driver(_) => Err(crate::error::Error::Unsupported),
     };
     match r {

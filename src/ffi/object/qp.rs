@@ -77,7 +77,9 @@ pub unsafe extern "C" fn rdd_qp_create(
 /// and writes nothing. The SRQ's receive completions come on `recv_cq`
 /// with the SRQ receive's `wr_id` and this QP's number in
 /// `rdd_wc.qp_num`; `rdd_cq_poll`, `rdd_cq_poll_n` and `rdd_cq_wait` route
-/// them through the SRQ, which each of them then uses exclusively too.
+/// them through the SRQ, which each of them then uses exclusively too (on
+/// the verbs fallback the provider's CQ maps them back itself and the
+/// polls do not use the SRQ).
 ///
 /// The sizing guard counts the QP's send queue on `send_cq` and the SRQ's
 /// `max_wr` once on each receive CQ its QPs use (not once per QP). While
@@ -87,7 +89,10 @@ pub unsafe extern "C" fn rdd_qp_create(
 /// `rdd_qp_create`; for `srq` `NULL_PARAMETER`, `INVALID_HANDLE`,
 /// `RESOURCE_BUSY`; `INVALID_ARGUMENT` (the SRQ is of another PD);
 /// `CQ_TOO_SMALL` (`recv_cq` cannot take the SRQ's `max_wr` besides what
-/// it holds); `UNSUPPORTED` (a device without SRQs).
+/// it holds); `UNSUPPORTED` (a device without SRQs; on a kernel device an
+/// SRQ exists only on the verbs fallback, `rdd_srq_create`, and a
+/// signal-all QP, `RDD_QP_INIT_SIG_ALL`, is `UNSUPPORTED` there as for
+/// every kernel-device QP).
 ///
 /// # Safety
 /// As `rdd_qp_create`.
@@ -233,9 +238,13 @@ pub(super) unsafe fn create_qp_obj(
         }
         RawQpPath::Driver(p) => {
             // The provider (libibverbs, or the verbs backend's own
-            // rxe/siw rings) keeps the queues; signal-all QPs and QPs
-            // on an SRQ exist only on the mlx5 core, and so do UD QPs.
-            if cfg.sig_all || srq_g.is_some() || ud {
+            // rxe/siw rings) keeps the queues; signal-all QPs exist only
+            // on the mlx5 core. A QP on an SRQ or a UD QP is a driver QP
+            // only on the verbs fallback (the backend refuses them on
+            // the direct rings), and there its SRQ is the provider's
+            // (`SrqQueue::Driver`); an mlx5 ring under a driver QP is
+            // never made, and refused here all the same.
+            if cfg.sig_all || srq_g.as_ref().is_some_and(|s| !s.driver) {
                 drop(p);
                 let _ = b.destroy_qp(raw.qpn);
                 return rdd_status::Unsupported;
@@ -335,8 +344,11 @@ pub(super) unsafe fn create_qp_obj(
         try_status!(r.bind(raw.qpn, handle));
     }
     // The receive CQ learns the SRQ, so its polls route the SRQ's
-    // receive completions.
-    if let (Some(n), Some(sh)) = (srqn, srq) {
+    // receive completions. A provider-posted SRQ's receives complete on a
+    // driver CQ, whose poller returns their slots itself: not bound (its
+    // QPs' `rdd_qp_destroy` then unbinds nothing).
+    let routed = srq_g.as_ref().is_some_and(|s| !s.driver);
+    if let (Some(n), Some(sh), true) = (srqn, srq, routed) {
         let rc: &mut CqObj = match rcq.as_deref_mut() {
             Some(r) => r,
             None => &mut scq,

@@ -11,6 +11,16 @@
 //! ring's producer side ([`mlx5::Srq`]) is the handle's, used exclusively
 //! by posts and by the polls that complete its receives
 //! (`srq_route.rs`).
+//!
+//! On a kernel device opened on the verbs fallback data path
+//! (`RDMA_DIRECT_DATA_PATH=fallback`: libibverbs' rxe and siw providers)
+//! the SRQ is the provider's (`Backend::create_driver_srq`,
+//! `ibv_post_srq_recv`): [`SrqQueue::Driver`]. Its receives complete on
+//! provider-polled CQs, whose poller maps each completion back to the
+//! user's wr_id and frees its slot itself (as `api::Srq::route` is a
+//! pass-through there), so such an SRQ is never bound to a CQ and no poll
+//! uses it. The direct rxe/siw rings and the mlx5 direct path have no
+//! SRQs (`UNSUPPORTED`, as in the Rust API; docs/status.md).
 
 use core::mem::size_of;
 use core::ptr::NonNull;
@@ -23,7 +33,7 @@ use std::vec::Vec;
 
 use static_assertions::const_assert_eq;
 
-use crate::api::{Backend, RawSrqPath};
+use crate::api::{Backend, RawSrqPath, SrqDriver};
 use crate::attr::SrqAttr;
 use crate::ffi::status::rdd_status;
 use crate::ffi::wr::{parse_recv, rdd_recv_wr, RDD_SEND_DEFER_DOORBELL};
@@ -149,11 +159,17 @@ impl Drop for SrqAttach {
     }
 }
 
-/// The ring's producer side and the side table it points into (boxed:
-/// its heap buffer never moves).
-pub(super) struct SrqQueue {
-    pub(super) q: mlx5::Srq,
-    _slots: Box<[SrqSlot]>,
+/// The SRQ's producer side.
+pub(super) enum SrqQueue {
+    /// The mlx5 ring and the side table it points into (boxed: its heap
+    /// buffer never moves).
+    Mlx5 {
+        q: mlx5::Srq,
+        _slots: Box<[SrqSlot]>,
+    },
+    /// A provider-posted SRQ (the verbs fallback): it posts through
+    /// `ibv_post_srq_recv` at once, so nothing is ever deferred.
+    Driver(Box<dyn SrqDriver>),
 }
 
 pub(super) struct SrqObj {
@@ -163,6 +179,9 @@ pub(super) struct SrqObj {
     pub(super) srqn: u32,
     /// Granted sizes.
     pub(super) attr: SrqAttr,
+    /// The queue is [`SrqQueue::Driver`]: its QPs are provider-posted
+    /// (`QpImpl::Driver`) and it is never bound to a CQ.
+    pub(super) driver: bool,
     pub(super) q: ExclusiveCell<SrqQueue>,
     /// Cloned by every attached QP ([`SrqAttach`]).
     pub(super) shared: Arc<SrqShared>,
@@ -191,8 +210,9 @@ impl Drop for SrqObj {
 }
 
 // SAFETY: the core queue only names memory kept alive by `_keep` and the
-// boxed side table owned next to it; the handle table gives `&mut` access
-// to one thread at a time (`ExclusiveCell`).
+// boxed side table owned next to it (a driver queue is `Send` itself); the
+// handle table gives `&mut` access to one thread at a time
+// (`ExclusiveCell`).
 unsafe impl Send for SrqQueue {}
 
 // SAFETY: each kind value is used by exactly one type.
@@ -214,8 +234,11 @@ unsafe impl Object for SrqObj {
 /// `RESOURCE_BUSY` (the PD in use by another thread's exclusive call),
 /// `INVALID_ARGUMENT` (`init->reserved` not 0), `INVALID_ATTRIBUTE`
 /// (`max_wr` or `max_sge` 0 or above the device's limits: 32767 and 31 on
-/// the software device), `UNSUPPORTED` (a device without SRQs: every
-/// kernel device for now), `RESOURCE_EXHAUSTED`.
+/// the software device), `UNSUPPORTED` (a device or data path without
+/// SRQs: a kernel device on its default data path, the direct rxe/siw
+/// rings or ConnectX's mlx5 path; rxe and siw opened with
+/// `RDMA_DIRECT_DATA_PATH=fallback` have them, through libibverbs'
+/// provider), `RESOURCE_EXHAUSTED`.
 ///
 /// # Safety
 /// `init` is valid for reads of one `rdd_srq_init`; `out` for a write of
@@ -240,6 +263,27 @@ pub unsafe extern "C" fn rdd_srq_create(
         let b = &p.backend;
         let raw = match b.create_srq(p.pd, init.max_wr, init.max_sge) {
             Ok(r) => r,
+            // A provider-posted SRQ where there is no mlx5 ring (the verbs
+            // fallback), as `api::Pd::create_srq`.
+            Err(crate::error::Error::Unsupported) => {
+                let d = match b.create_driver_srq(p.pd, init.max_wr, init.max_sge) {
+                    Ok(d) => d,
+                    Err(e) => return e.into(),
+                };
+                // SAFETY: forwarded contract (`out` writable).
+                return unsafe {
+                    insert_srq(
+                        Arc::clone(&p.link),
+                        b,
+                        pd,
+                        SrqQueue::Driver(d.driver),
+                        d.srqn,
+                        d.attr,
+                        d.keep,
+                        out,
+                    )
+                };
+            }
             Err(e) => return e.into(),
         };
         let RawSrqPath::Mlx5(geo) = raw.path;
@@ -259,26 +303,60 @@ pub unsafe extern "C" fn rdd_srq_create(
                 return e.into();
             }
         };
-        let obj = Box::new(SrqObj {
-            backend: Arc::clone(b),
-            pd: h(pd),
-            srqn: raw.srqn,
-            attr: raw.attr,
-            q: ExclusiveCell(SrqQueue { q, _slots: slots }),
-            shared: Arc::new(SrqShared {
-                srqn: raw.srqn,
-                max_wr: u64::from(raw.attr.max_wr),
-                cqs: Mutex::new(Vec::new()),
-            }),
-            destroyed: false,
-            _keep: raw.keep,
-            _pd_link: Arc::clone(&p.link),
-        });
-        let handle = try_status!(insert(obj));
-        // SAFETY: non-NULL (checked), writable (caller contract).
-        unsafe { put(out, as_handle(handle)) };
-        rdd_status::Ok
+        let queue = SrqQueue::Mlx5 { q, _slots: slots };
+        // SAFETY: forwarded contract (`out` writable).
+        unsafe {
+            insert_srq(
+                Arc::clone(&p.link),
+                b,
+                pd,
+                queue,
+                raw.srqn,
+                raw.attr,
+                raw.keep,
+                out,
+            )
+        }
     })
+}
+
+/// The end of `rdd_srq_create`: the object over a created SRQ, inserted
+/// into the handle table and written to `*out`. A failed insert drops the
+/// object, which destroys the device's SRQ.
+///
+/// # Safety
+/// `out` is non-NULL and valid for a write of one pointer.
+#[allow(clippy::too_many_arguments)]
+unsafe fn insert_srq(
+    pd_link: Arc<()>,
+    b: &Arc<dyn Backend>,
+    pd: *mut rdd_pd,
+    queue: SrqQueue,
+    srqn: u32,
+    attr: SrqAttr,
+    keep: Arc<dyn Any + Send + Sync>,
+    out: *mut *mut rdd_srq,
+) -> rdd_status {
+    let obj = Box::new(SrqObj {
+        backend: Arc::clone(b),
+        pd: h(pd),
+        srqn,
+        attr,
+        driver: matches!(queue, SrqQueue::Driver(_)),
+        q: ExclusiveCell(queue),
+        shared: Arc::new(SrqShared {
+            srqn,
+            max_wr: u64::from(attr.max_wr),
+            cqs: Mutex::new(Vec::new()),
+        }),
+        destroyed: false,
+        _keep: keep,
+        _pd_link: pd_link,
+    });
+    let handle = try_status!(insert(obj));
+    // SAFETY: non-NULL (checked by the caller), writable (caller contract).
+    unsafe { put(out, as_handle(handle)) };
+    rdd_status::Ok
 }
 
 /// Destroys a shared receive queue; receives still posted are dropped
@@ -318,6 +396,9 @@ pub extern "C" fn rdd_srq_destroy(srq: *mut rdd_srq) -> rdd_status {
 /// against an unguarded CQ's headroom (the sizing guard counts the SRQ's
 /// `max_wr` once on each such CQ instead).
 ///
+/// On the verbs fallback (a provider-posted SRQ) each request is one
+/// `ibv_post_srq_recv` of its own, published at once.
+///
 /// # Safety
 /// `wrs` points to `n` readable `rdd_recv_wr`, each `sg_list` to
 /// `num_sge` readable entries naming memory of this device's MRs (checked
@@ -338,7 +419,13 @@ pub unsafe extern "C" fn rdd_srq_post_recv(
             unsafe { put(out_bad_index, 0) };
             return status;
         }
-        let q = &mut s.q.get_mut().q;
+        let q = match s.q.get_mut() {
+            SrqQueue::Mlx5 { q, .. } => q,
+            SrqQueue::Driver(d) => {
+                // SAFETY: the caller's contract on `wrs` (checked above).
+                return unsafe { post_recv_driver(&mut **d, wrs, n, out_bad_index) };
+            }
+        };
         let mut result = rdd_status::Ok;
         for i in 0..n {
             // SAFETY: `wrs` is non-NULL, aligned and holds `n` readable
@@ -362,12 +449,43 @@ pub unsafe extern "C" fn rdd_srq_post_recv(
     })
 }
 
+/// `rdd_srq_post_recv` on a provider-posted SRQ: each request parsed and
+/// posted in turn (one `ibv_post_srq_recv` each), stopping at the first
+/// refused one with its index in `*out_bad_index`.
+///
+/// # Safety
+/// `wrs` is non-NULL, aligned and holds `n` readable requests whose SGEs
+/// name memory the device checks; `out_bad_index` is writable.
+unsafe fn post_recv_driver(
+    d: &mut dyn SrqDriver,
+    wrs: *const rdd_recv_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> rdd_status {
+    for i in 0..n {
+        // SAFETY: `i < n` inside the caller's array (caller contract).
+        let posted = match unsafe { parse_recv(&*wrs.add(i)) } {
+            Ok(rwr) => d
+                .post_recv(core::slice::from_ref(&rwr))
+                .map_err(|e| rdd_status::from(e.error)),
+            Err(st) => Err(st),
+        };
+        if let Err(status) = posted {
+            // SAFETY: non-NULL (checked by the caller), writable.
+            unsafe { put(out_bad_index, i) };
+            return status;
+        }
+    }
+    rdd_status::Ok
+}
+
 /// Posts one receive of up to `length` bytes into `laddr` (local key
 /// `lkey`, a region with local write) to the SRQ: `rdd_srq_post_recv` of
 /// one `rdd_recv_wr` with one SGE. `flags` is 0 or
 /// `RDD_SEND_DEFER_DOORBELL`: the receive is then published to the device
 /// by the next `rdd_srq_recv` without it, `rdd_srq_post_recv` or
-/// `rdd_srq_ring` (one doorbell-record update for a batch).
+/// `rdd_srq_ring` (one doorbell-record update for a batch; on the verbs
+/// fallback the bit is a hint: every receive is published at once).
 ///
 /// `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (the handle);
 /// `INVALID_FLAGS` (any other bit); `TOO_MANY_SGES` (never with one SGE),
@@ -392,7 +510,16 @@ pub unsafe extern "C" fn rdd_srq_recv(
         }
         let sge = [Sge::new(laddr, length, lkey)];
         let wr = RecvWr { wr_id, sges: &sge };
-        let q = &mut s.q.get_mut().q;
+        let q = match s.q.get_mut() {
+            SrqQueue::Mlx5 { q, .. } => q,
+            // Posted at once (nothing is deferred on the provider's SRQ).
+            SrqQueue::Driver(d) => {
+                return match d.post_recv(core::slice::from_ref(&wr)) {
+                    Ok(()) => rdd_status::Ok,
+                    Err(e) => e.error.into(),
+                };
+            }
+        };
         // SAFETY: SGEs only reach the device, which checks each against its
         // registered regions before any access.
         match unsafe { q.post(&wr) } {
@@ -409,13 +536,16 @@ pub unsafe extern "C" fn rdd_srq_recv(
 
 /// Publishes the receives posted to the SRQ with `RDD_SEND_DEFER_DOORBELL`
 /// and not published yet (one doorbell-record update). Nothing pending:
-/// nothing happens. `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`,
+/// nothing happens (always the case on the verbs fallback, which defers
+/// nothing). `OK`; `NULL_PARAMETER`, `INVALID_HANDLE`,
 /// `RESOURCE_BUSY`.
 #[no_mangle]
 pub extern "C" fn rdd_srq_ring(srq: *mut rdd_srq) -> rdd_status {
     ffi_boundary!({
         let mut s = try_status!(excl::<SrqObj>(h(srq)));
-        s.q.get_mut().q.ring();
+        if let SrqQueue::Mlx5 { q, .. } = s.q.get_mut() {
+            q.ring();
+        }
         rdd_status::Ok
     })
 }
@@ -427,6 +557,9 @@ pub extern "C" fn rdd_srq_ring(srq: *mut rdd_srq) -> rdd_status {
 /// `rdd_srq_query`) and disarms the limit; arm again for another event.
 /// 0 disarms. `INVALID_ATTRIBUTE` for a limit above the granted `max_wr`
 /// (nothing changes); `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`.
+/// On the verbs fallback the kernel raises the event (rxe and siw both
+/// do) and the call is `ibv_modify_srq`; a refusal there is
+/// `PROVIDER_ERROR`.
 #[no_mangle]
 pub extern "C" fn rdd_srq_arm_limit(srq: *mut rdd_srq, limit: u32) -> rdd_status {
     ffi_boundary!({
@@ -443,6 +576,8 @@ pub extern "C" fn rdd_srq_arm_limit(srq: *mut rdd_srq, limit: u32) -> rdd_status
 
 /// The SRQ's granted sizes, its armed limit as the device has it, and its
 /// number (see `rdd_srq_attr`). `*out` is written only on `OK`.
+/// `UNSUPPORTED` on siw's fallback path (libsiw, rdma-core 44, has no
+/// `ibv_query_srq`: the limit is not known, so nothing is reported).
 ///
 /// # Safety
 /// `out` is valid for a write of one `rdd_srq_attr`.

@@ -19,7 +19,7 @@
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{self, CqRoute, QpQueues};
 
-use super::srq::SrqObj;
+use super::srq::{SrqObj, SrqQueue};
 use super::table::{excl_ref, Excl, SlotRef};
 
 /// An SRQ whose QPs complete on a CQ, as the CQ knows it: its number (what
@@ -118,6 +118,11 @@ impl<R: CqRoute + ?Sized> CqRoute for WithSrqs<'_, R> {
         }
         let i = self.acquire(srqn_uidx)?;
         let (_, g) = self.held[i].as_mut()?;
-        Some(&mut g.q.get_mut().q)
+        match g.q.get_mut() {
+            SrqQueue::Mlx5 { q, .. } => Some(q),
+            // A provider-posted SRQ is never bound to a CQ (its receives
+            // complete on a driver CQ, which never asks the route).
+            SrqQueue::Driver(_) => None,
+        }
     }
 }

@@ -7,6 +7,14 @@
 //! its destination; every UD WQE to that destination carries a copy of
 //! it, so a handle may be destroyed while datagrams sent through it are
 //! still outstanding (docs/spec/mlx5.md §3 "Datagram segment").
+//!
+//! On a kernel device opened on the verbs fallback data path
+//! (`RDMA_DIRECT_DATA_PATH=fallback`; RoCE and InfiniBand only, so rxe,
+//! not siw: iWARP has no datagrams) the handle is the provider's
+//! (`Backend::create_driver_ah`, `ibv_create_ah`), destroyed with the
+//! object, and UD QPs are provider-posted (`QpDriver::post_send_ud`), as
+//! in the Rust API (`api::Ah`). The direct rxe/siw rings and the mlx5
+//! direct path have no UD: `UNSUPPORTED` (docs/status.md).
 
 use core::mem::size_of;
 
@@ -15,7 +23,7 @@ use std::sync::Arc;
 
 use static_assertions::const_assert_eq;
 
-use crate::api::{AhInit, OWN_QKEY};
+use crate::api::{AhInit, Backend, DriverAh, OWN_QKEY};
 use crate::attr::AddressVector;
 use crate::ffi::status::rdd_status;
 use crate::provider::mlx5::{Mlx5Av, QpState};
@@ -99,11 +107,27 @@ const_assert_eq!(size_of::<rdd_ud_drops>(), 40);
 // ---------------------------------------------------------------------
 
 pub(super) struct AhObj {
-    /// The address vector each UD WQE to this destination copies.
+    /// The address vector each UD WQE to this destination copies (zeros
+    /// for a provider's handle).
     pub(super) av: Mlx5Av,
+    /// The provider's handle (the verbs fallback), destroyed with the
+    /// object; `None` on the mlx5 core.
+    pub(super) driver: Option<DriverAh>,
+    pub(super) backend: Arc<dyn Backend>,
     /// The PD's link, compared with the QP's on every send (an AH is
     /// used only by QPs of its PD) and keeping the PD alive.
     pub(super) pd_link: Arc<()>,
+}
+
+impl Drop for AhObj {
+    fn drop(&mut self) {
+        // No send uses the handle any more (a send holds it shared for
+        // its call, and the table drops the object only once no guard is
+        // left); the PD goes after it, with the fields.
+        if let Some(d) = self.driver {
+            let _ = self.backend.destroy_driver_ah(d.handle);
+        }
+    }
 }
 
 // SAFETY: each kind value is used by exactly one type.
@@ -141,8 +165,12 @@ pub(super) fn ah_init_from(a: &rdd_ah_attr) -> Result<AhInit, rdd_status> {
 /// `INVALID_ARGUMENT` (`is_global` other than 0 or 1, `reserved` not 0);
 /// `INVALID_ATTRIBUTE` (an SL above 15, a flow label wider than 20 bits,
 /// a port other than the device's, or what the device refuses: on the
-/// software device a source GID index other than 0); `UNSUPPORTED` (a
-/// device without UD: every one but the software device for now).
+/// software device a source GID index other than 0; on a kernel device
+/// what `ibv_create_ah` refuses, `PROVIDER_ERROR`); `UNSUPPORTED` (a
+/// device or data path without UD: siw (iWARP has no datagrams), and
+/// every kernel device on its default data path (the direct rxe/siw rings,
+/// ConnectX's mlx5 path); rxe opened with `RDMA_DIRECT_DATA_PATH=fallback`
+/// has UD, through libibverbs' provider).
 ///
 /// # Safety
 /// `attr` is valid for reads of one `rdd_ah_attr`; `out` for a write of
@@ -164,12 +192,27 @@ pub unsafe extern "C" fn rdd_ah_create(
         if let Err(e) = init.check(b.port().port_num) {
             return e.into();
         }
-        let av = match b.create_ah(p.pd, &init.dest) {
-            Ok(av) => av,
+        let (av, driver) = match b.create_ah(p.pd, &init.dest) {
+            Ok(av) => (av, None),
+            // The provider's handle where there is no mlx5 address vector
+            // (the verbs fallback), as `api::Pd::create_ah`.
+            Err(crate::error::Error::Unsupported) => {
+                let port = if init.port_num == 0 {
+                    b.port().port_num
+                } else {
+                    init.port_num
+                };
+                match b.create_driver_ah(p.pd, port, &init.dest) {
+                    Ok(d) => (Mlx5Av::default(), Some(d)),
+                    Err(e) => return e.into(),
+                }
+            }
             Err(e) => return e.into(),
         };
         let obj = Box::new(AhObj {
             av,
+            driver,
+            backend: Arc::clone(b),
             pd_link: Arc::clone(&p.link),
         });
         let handle = try_status!(insert(obj));
@@ -183,7 +226,10 @@ pub unsafe extern "C" fn rdd_ah_create(
 /// not affected (each WQE holds its own copy of the address), so this is
 /// allowed with sends outstanding; later sends naming the handle are
 /// `INVALID_HANDLE`. `RESOURCE_BUSY` while another thread sends through
-/// it.
+/// it. On the verbs fallback it is `ibv_destroy_ah`: rxe's provider may
+/// name the kernel's handle in a posted send rather than copy the
+/// address, so destroy it after the sends through it have completed (one
+/// still in flight may then complete in error).
 #[no_mangle]
 pub extern "C" fn rdd_ah_destroy(ah: *mut rdd_ah) -> rdd_status {
     ffi_boundary!({
@@ -199,7 +245,9 @@ pub extern "C" fn rdd_ah_destroy(ah: *mut rdd_ah) -> rdd_status {
 
 /// Creates an unreliable-datagram queue pair (in RESET) on `pd`, as
 /// `rdd_qp_create` creates an RC one: same arguments, same sizing guard,
-/// same statuses, plus `UNSUPPORTED` on a device without UD. Make it
+/// same statuses, plus `UNSUPPORTED` on a device or data path without UD
+/// (as `rdd_ah_create`: of the kernel devices, only rxe on the verbs
+/// fallback has it). Make it
 /// ready with `rdd_qp_ready_ud` (it connects to nothing: `rdd_qp_connect`
 /// on it is `INVALID_ATTRIBUTE`, `rdd_qp_recover` `UNSUPPORTED`).
 ///
@@ -213,7 +261,7 @@ pub extern "C" fn rdd_ah_destroy(ah: *mut rdd_ah) -> rdd_status {
 /// with `byte_len` `n + 40`, `src_qp` the sender's QP number, `slid` and
 /// `sl` the sender's, and `RDD_WC_FLAG_GRH` when the sender's address
 /// handle was global (the 40 bytes then hold the GRH; otherwise they are
-/// left as they were).
+/// left as they were). On RoCE (rxe) every datagram carries a GRH.
 ///
 /// # Safety
 /// As `rdd_qp_create`.
@@ -285,8 +333,10 @@ pub extern "C" fn rdd_qp_ready_ud(qp: *mut rdd_qp, qkey: u32) -> rdd_status {
 }
 
 /// The datagrams the software device `dev` dropped since it was opened,
-/// by reason (see `rdd_ud_drops`). `UNSUPPORTED` for a kernel device
-/// (its drops are in its port counters).
+/// by reason (see `rdd_ud_drops`). `UNSUPPORTED` for every kernel device,
+/// on every data path (the kernel keeps no such per-reason count: rxe's
+/// drops are in its port and hardware counters, `rdma statistic`), with
+/// `*out` unwritten.
 ///
 /// # Safety
 /// `out` is valid for a write of one `rdd_ud_drops`.

@@ -101,8 +101,8 @@ fn ud_target(q: &QpObj, ah: *mut rdd_ah, wr: &SendWr<'_>) -> Result<Shared<AhObj
     Ok(a)
 }
 
-/// Writes one checked UD WR (and rings unless `defer`), with the headroom
-/// check of an unguarded send CQ.
+/// Writes one checked UD WR to `remote_qpn` at `a`'s address (and rings
+/// unless `defer`), with the headroom check of an unguarded send CQ.
 ///
 /// # Safety
 /// The SGEs of `wr` name memory the device checks against its regions
@@ -111,14 +111,28 @@ fn ud_target(q: &QpObj, ah: *mut rdd_ah, wr: &SendWr<'_>) -> Result<Shared<AhObj
 unsafe fn post_checked(
     q: &mut QpObj,
     wr: &SendWr<'_>,
-    dest: &UdDest<'_>,
+    a: &AhObj,
+    remote_qpn: u32,
+    qkey: u32,
     defer: bool,
 ) -> rdd_status {
     let metered = q.send_budget.metered();
-    let QpImpl::Mlx5(o) = q.q.get_mut() else {
-        // UD QPs exist only on the mlx5 core (`rdd_qp_create_ud`).
-        return rdd_status::Unsupported;
+    let o = match q.q.get_mut() {
+        QpImpl::Mlx5(o) => o,
+        QpImpl::Driver(p) => {
+            return post_driver(
+                &mut **p,
+                &q.send_budget,
+                wr,
+                a,
+                remote_qpn,
+                qkey,
+                &mut q.doorbells,
+            )
+        }
     };
+    let dest = UdDest::new(&a.av, remote_qpn, qkey);
+    let dest = &dest;
     let post = |sq: &mut SendQueue| {
         // SAFETY: forwarded contract (the device checks every SGE; an
         // inline payload is copied before return).
@@ -143,6 +157,49 @@ unsafe fn post_checked(
     s
 }
 
+/// One UD send on a provider-posted QP (the verbs fallback,
+/// `QpDriver::post_send_ud`), which posts and rings at once whatever
+/// `RDD_SEND_DEFER_DOORBELL` says (one doorbell each), with the headroom
+/// check of an unguarded send CQ (room for the WR's own completion, as
+/// `api::Qp::post_send_ud` on a driver).
+#[cold]
+#[inline(never)]
+fn post_driver(
+    p: &mut dyn crate::api::QpDriver,
+    budget: &super::objects::CqBudget,
+    wr: &SendWr<'_>,
+    a: &AhObj,
+    remote_qpn: u32,
+    qkey: u32,
+    doorbells: &mut u64,
+) -> rdd_status {
+    let Some(d) = a.driver else {
+        // An mlx5 address vector under a driver QP: never made on one
+        // device; refused, nothing posted.
+        return rdd_status::InvalidAttribute;
+    };
+    let want = u64::from(budget.metered() && wr.flags.contains(SendFlags::SIGNALED));
+    let got = if want != 0 {
+        budget.headroom.reserve(want)
+    } else {
+        0
+    };
+    if got < want {
+        budget.headroom.unreserve(got);
+        return rdd_status::CqFull;
+    }
+    match p.post_send_ud(wr, d, remote_qpn, qkey) {
+        Ok(()) => {
+            *doorbells += 1;
+            rdd_status::Ok
+        }
+        Err(e) => {
+            budget.headroom.unreserve(got);
+            e.into()
+        }
+    }
+}
+
 /// The body of the per-form UD sends.
 ///
 /// # Safety
@@ -164,9 +221,9 @@ unsafe fn send_ud_op(
     let wr = try_status!(op_wr(wr_id, op, payload, payload_err, flags));
     let q: &mut QpObj = &mut g;
     let a = try_status!(ud_target(q, ah, &wr));
-    let dest = UdDest::new(&a.av, remote_qpn, qkey);
+    let defer = flags & RDD_SEND_DEFER_DOORBELL != 0;
     // SAFETY: forwarded contract.
-    unsafe { post_checked(q, &wr, &dest, flags & RDD_SEND_DEFER_DOORBELL != 0) }
+    unsafe { post_checked(q, &wr, &a, remote_qpn, qkey, defer) }
 }
 
 /// Posts one datagram: a SEND of `length` bytes at `laddr` (local key
@@ -174,7 +231,8 @@ unsafe fn send_ud_op(
 /// `remote_qkey` (`RDD_OWN_QKEY`: this QP's own). Flags and deferral as
 /// `rdd_qp_send` (`RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
 /// `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`; `rdd_qp_ring` rings
-/// deferred datagrams too). The QP and `ah` are used (the QP exclusively,
+/// deferred datagrams too; on the verbs fallback, rxe's only UD path, the
+/// bit is a hint: each datagram is one `ibv_post_send`, rung at once). The QP and `ah` are used (the QP exclusively,
 /// `ah` shared) for the call only: `ah` may be destroyed right after.
 ///
 /// Statuses (a refused call writes nothing and rings nothing): `OK`;
@@ -338,9 +396,9 @@ pub unsafe extern "C" fn rdd_qp_post_send_ud(
                 Ok(wr) => match ud_target(q, u.ah, &wr) {
                     Err(s) => s,
                     Ok(a) => {
-                        let dest = UdDest::new(&a.av, u.remote_qpn, u.qkey);
+                        let (qpn, qkey) = (u.remote_qpn, u.qkey);
                         // SAFETY: as above; the device checks every SGE.
-                        unsafe { post_checked(q, &wr, &dest, !per_wr_ring) }
+                        unsafe { post_checked(q, &wr, &a, qpn, qkey, !per_wr_ring) }
                     }
                 },
             };
