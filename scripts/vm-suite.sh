@@ -26,7 +26,9 @@
 #              retry-exceeded errors without it, no RNR NAK and every
 #              message in order with CreditQp) and its typed Unsupported on
 #              siw; ffi-tests/test_verbs.c: the C object API on rxe and siw,
-#              plain and under ASan+UBSan
+#              plain and under ASan+UBSan (with verbs_srq_ud.h: the C SRQ
+#              calls on the fallback on rxe and siw, UD on rxe, and their
+#              UNSUPPORTED on the direct rings)
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process; disconnects, rejections and refusals
 #              reported at once, and exit statuses (scripts/vm-interop.sh)
