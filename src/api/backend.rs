@@ -180,10 +180,11 @@ pub enum RawSrqPath {
 /// `ibv_post_srq_recv`). Its receives complete through a [`CqDriver`],
 /// which reports their wr_ids itself.
 ///
-/// A type of its own rather than a second [`RawSrqPath`] variant: the C
-/// object level (src/ffi/object/srq.rs) takes every [`RawSrq`] as an mlx5
-/// ring, and keeps refusing SRQs on backends that only have this kind
-/// with [`Error::Unsupported`] from [`Backend::create_srq`].
+/// A type of its own rather than a second [`RawSrqPath`] variant: every
+/// [`RawSrq`] is an mlx5 ring, and a backend with only this kind answers
+/// [`Backend::create_srq`] with [`Error::Unsupported`]; the Rust API and
+/// the C object level (src/ffi/object/srq.rs, `SrqQueue::Driver`) then
+/// ask for this one.
 pub struct RawDriverSrq {
     /// The posting side.
     pub driver: Box<dyn SrqDriver>,
