@@ -10,9 +10,9 @@
  * rdd_qp_ring (one doorbell per batch), and a memory window exposed through
  * rdd_mr_expose_to and revoked by LOCAL_INV. siw: the device opens, and rdd_qp_connect says
  * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). The
- * SRQ and UD calls (verbs_srq_ud.h): on the verbs fallback an SRQ feeding
- * three RC QPs on rxe, its limit event and refusals on rxe and siw, a UD
- * ping on rxe; UNSUPPORTED on the direct rings. On
+ * SRQ and UD calls (verbs_srq_ud.h): on both data paths an SRQ feeding
+ * three RC QPs on rxe, its limit event and refusals on rxe and siw; a UD
+ * ping on rxe's fallback, UD UNSUPPORTED on the direct rings. On
  * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
  * queues to hand to the raw-queue level). Then the refusal tables of
  * refusals.h (shared with test_refusals.c on the software device): every
