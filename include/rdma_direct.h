@@ -3922,10 +3922,8 @@ rdd_status rdd_qp_post_recv(struct rdd_qp *qp,
  * `INVALID_ARGUMENT` (`init->reserved` not 0), `INVALID_ATTRIBUTE`
  * (`max_wr` or `max_sge` 0 or above the device's limits: 32767 and 31 on
  * the software device), `UNSUPPORTED` (a device or data path without
- * SRQs: a kernel device on its default data path, the direct rxe/siw
- * rings or ConnectX's mlx5 path; rxe and siw opened with
- * `RDMA_DIRECT_DATA_PATH=fallback` have them, through libibverbs'
- * provider), `RESOURCE_EXHAUSTED`.
+ * SRQs: ConnectX's mlx5 path; rxe and siw have them on both data paths,
+ * the direct rings and the verbs fallback), `RESOURCE_EXHAUSTED`.
  *
  * # Safety
  * `init` is valid for reads of one `rdd_srq_init`; `out` for a write of
@@ -4015,9 +4013,9 @@ rdd_status rdd_srq_ring(struct rdd_srq *srq);
  * `rdd_srq_query`) and disarms the limit; arm again for another event.
  * 0 disarms. `INVALID_ATTRIBUTE` for a limit above the granted `max_wr`
  * (nothing changes); `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`.
- * On the verbs fallback the kernel raises the event (rxe and siw both
- * do) and the call is `ibv_modify_srq`; a refusal there is
- * `PROVIDER_ERROR`.
+ * On rxe and siw the kernel raises the event (on both data paths) and
+ * the call is `ibv_modify_srq` on the fallback, the backend's own
+ * MODIFY_SRQ on the direct rings; a refusal there is `PROVIDER_ERROR`.
  */
 rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
                              uint32_t limit);
@@ -4026,7 +4024,9 @@ rdd_status rdd_srq_arm_limit(struct rdd_srq *srq,
  * The SRQ's granted sizes, its armed limit as the device has it, and its
  * number (see `rdd_srq_attr`). `*out` is written only on `OK`.
  * `UNSUPPORTED` on siw's fallback path (libsiw, rdma-core 44, has no
- * `ibv_query_srq`: the limit is not known, so nothing is reported).
+ * `ibv_query_srq`: the limit is not known, so nothing is reported). On
+ * siw's direct ring the kernel answers, but after the limit event it
+ * still reports the limit as last armed, not 0 (docs/spec/siw.md §5).
  *
  * # Safety
  * `out` is valid for a write of one `rdd_srq_attr`.

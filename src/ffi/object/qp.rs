@@ -239,11 +239,12 @@ pub(super) unsafe fn create_qp_obj(
         RawQpPath::Driver(p) => {
             // The provider (libibverbs, or the verbs backend's own
             // rxe/siw rings) keeps the queues; signal-all QPs exist only
-            // on the mlx5 core. A QP on an SRQ or a UD QP is a driver QP
-            // only on the verbs fallback (the backend refuses them on
-            // the direct rings), and there its SRQ is the provider's
-            // (`SrqQueue::Driver`); an mlx5 ring under a driver QP is
-            // never made, and refused here all the same.
+            // on the mlx5 core. A QP on an SRQ is a driver QP on both
+            // rxe/siw data paths, and its SRQ is the backend's
+            // (`SrqQueue::Driver`); a UD QP only on the verbs fallback
+            // (the backend refuses it on the direct rings). An mlx5 ring
+            // under a driver QP is never made, and refused here all the
+            // same.
             if cfg.sig_all || srq_g.as_ref().is_some_and(|s| !s.driver) {
                 drop(p);
                 let _ = b.destroy_qp(raw.qpn);

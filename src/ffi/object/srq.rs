@@ -12,15 +12,15 @@
 //! by posts and by the polls that complete its receives
 //! (`srq_route.rs`).
 //!
-//! On a kernel device opened on the verbs fallback data path
-//! (`RDMA_DIRECT_DATA_PATH=fallback`: libibverbs' rxe and siw providers)
-//! the SRQ is the provider's (`Backend::create_driver_srq`,
-//! `ibv_post_srq_recv`): [`SrqQueue::Driver`]. Its receives complete on
-//! provider-polled CQs, whose poller maps each completion back to the
-//! user's wr_id and frees its slot itself (as `api::Srq::route` is a
-//! pass-through there), so such an SRQ is never bound to a CQ and no poll
-//! uses it. The direct rxe/siw rings and the mlx5 direct path have no
-//! SRQs (`UNSUPPORTED`, as in the Rust API; docs/status.md).
+//! On rxe and siw the SRQ is the verbs backend's (`Backend::create_driver_srq`):
+//! libibverbs' provider's on the verbs fallback data path
+//! (`RDMA_DIRECT_DATA_PATH=fallback`, `ibv_post_srq_recv`), the backend's
+//! own CREATE_SRQ ring on the direct rxe/siw rings: [`SrqQueue::Driver`].
+//! Its receives complete on CQs that the backend polls, whose poller maps
+//! each completion back to the user's wr_id and frees its slot itself (as
+//! `api::Srq::route` is a pass-through there), so such an SRQ is never
+//! bound to a CQ and no poll uses it. The verbs backend's mlx5 direct path
+//! has no SRQs (`UNSUPPORTED`, as in the Rust API; docs/status.md).
 
 use core::mem::size_of;
 use core::ptr::NonNull;
@@ -235,10 +235,8 @@ unsafe impl Object for SrqObj {
 /// `INVALID_ARGUMENT` (`init->reserved` not 0), `INVALID_ATTRIBUTE`
 /// (`max_wr` or `max_sge` 0 or above the device's limits: 32767 and 31 on
 /// the software device), `UNSUPPORTED` (a device or data path without
-/// SRQs: a kernel device on its default data path, the direct rxe/siw
-/// rings or ConnectX's mlx5 path; rxe and siw opened with
-/// `RDMA_DIRECT_DATA_PATH=fallback` have them, through libibverbs'
-/// provider), `RESOURCE_EXHAUSTED`.
+/// SRQs: ConnectX's mlx5 path; rxe and siw have them on both data paths,
+/// the direct rings and the verbs fallback), `RESOURCE_EXHAUSTED`.
 ///
 /// # Safety
 /// `init` is valid for reads of one `rdd_srq_init`; `out` for a write of
@@ -557,9 +555,9 @@ pub extern "C" fn rdd_srq_ring(srq: *mut rdd_srq) -> rdd_status {
 /// `rdd_srq_query`) and disarms the limit; arm again for another event.
 /// 0 disarms. `INVALID_ATTRIBUTE` for a limit above the granted `max_wr`
 /// (nothing changes); `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY`.
-/// On the verbs fallback the kernel raises the event (rxe and siw both
-/// do) and the call is `ibv_modify_srq`; a refusal there is
-/// `PROVIDER_ERROR`.
+/// On rxe and siw the kernel raises the event (on both data paths) and
+/// the call is `ibv_modify_srq` on the fallback, the backend's own
+/// MODIFY_SRQ on the direct rings; a refusal there is `PROVIDER_ERROR`.
 #[no_mangle]
 pub extern "C" fn rdd_srq_arm_limit(srq: *mut rdd_srq, limit: u32) -> rdd_status {
     ffi_boundary!({
@@ -577,7 +575,9 @@ pub extern "C" fn rdd_srq_arm_limit(srq: *mut rdd_srq, limit: u32) -> rdd_status
 /// The SRQ's granted sizes, its armed limit as the device has it, and its
 /// number (see `rdd_srq_attr`). `*out` is written only on `OK`.
 /// `UNSUPPORTED` on siw's fallback path (libsiw, rdma-core 44, has no
-/// `ibv_query_srq`: the limit is not known, so nothing is reported).
+/// `ibv_query_srq`: the limit is not known, so nothing is reported). On
+/// siw's direct ring the kernel answers, but after the limit event it
+/// still reports the limit as last armed, not 0 (docs/spec/siw.md §5).
 ///
 /// # Safety
 /// `out` is valid for a write of one `rdd_srq_attr`.
