@@ -236,3 +236,28 @@ fn lists_post_a_prefix_and_report_the_first_refusal() {
     }
     drop(b);
 }
+
+/// A shared QP gives back what its QP held when its last handle goes: the
+/// CQ's share of the sizing guard (a QP just as large fits on the same,
+/// exactly sized CQ afterwards) and its count of the CQ's users (a QP
+/// alone on the CQ afterwards can be drained and reset).
+#[test]
+fn dropping_a_shared_qp_releases_its_cq() {
+    let dev = Device::new(SoftDevice::new(SoftConfig::default()));
+    let pd = dev.alloc_pd().unwrap();
+    let init = QpInit {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        ..QpInit::default()
+    };
+    let mut cq = dev.create_cq(dev.cq_depth_for(&[&init])).unwrap();
+    let a = pd.create_qp(&cq, &cq, &init).unwrap();
+    // The CQ is full up: a second QP does not fit beside the first.
+    assert_eq!(pd.create_qp(&cq, &cq, &init).err(), Some(Error::CqTooSmall));
+    let (shared, poller) = a.into_shared().unwrap();
+    drop(poller);
+    drop(shared);
+    let mut c = pd.create_qp(&cq, &cq, &init).unwrap();
+    let r = c.drain_and_reset(&mut cq, None, Duration::from_secs(5), |_| {});
+    assert!(r.is_ok(), "{:?}", r.err());
+}

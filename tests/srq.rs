@@ -421,3 +421,6 @@ fn last_wqe_reached_once_when_an_srq_qp_fails() {
         Some(Error::Unsupported)
     );
 }
+
+#[path = "srq/shared.rs"]
+mod shared;

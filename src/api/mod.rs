@@ -70,5 +70,5 @@ pub(crate) use qp_query::recovery_phase;
 pub use qp_query::{QpQuery, QpRecovery};
 pub use recovery::Recovery;
 pub use shared_qp::{SharedQp, SharedQpPoller, SharedRetirer};
-pub use srq::{Srq, SrqRoute};
+pub use srq::{Srq, SrqRoute, SrqSharedRoute};
 pub use ud::{Ah, AhInit, OWN_QKEY};

@@ -65,7 +65,7 @@ pub(super) struct Mlx5Queues {
     /// For a QP on an SRQ, which has no receive queue: the memory of the
     /// one-entry stand-in `rq` (never posted to, never seen by the device),
     /// so the CQ routes keep their shape.
-    _no_rq: Option<Box<AbsentRq>>,
+    pub(super) _no_rq: Option<Box<AbsentRq>>,
 }
 
 // SAFETY: the raw queue descriptor (`dv`) only names memory kept alive by

@@ -13,13 +13,15 @@ use crate::provider::mlx5::{
     CqRouteTo, QpQueues, RecvQueue, Retired, SharedSendQueue, SharedStorage, SqConfig, SqRetire,
     WrSlot,
 };
-use crate::sync::AtomicU32;
+use crate::sync::{AtomicU32, Ordering};
 use crate::wr::{RecvWr, SendWr};
 
-use super::cq::{Cq, CqInner, CqPath};
+use super::cq::{Cq, CqDemand, CqInner, CqPath};
 use super::device::PdInner;
 use super::qp::{Mlx5Queues, Qp, QpPath};
+use super::srq::SrqInner;
 use super::{fitting_prefix, signaled, Backend, Wc};
+use crate::provider::mlx5::rq::AbsentRq;
 
 /// A QP whose send queue any number of threads post to at once, without a
 /// lock (`Sync`; share it in an `Arc`). Made by [`Qp::into_shared`]; its
@@ -30,6 +32,10 @@ pub struct SharedQp<B: Backend> {
     pd: Arc<PdInner<B>>,
     _send_cq: Arc<CqInner<B>>,
     _recv_cq: Arc<CqInner<B>>,
+    /// The QP's share of its CQs' sizing guard, given back on drop.
+    demand: CqDemand,
+    /// The SRQ the QP takes its receives from, detached on drop.
+    srq: Option<Arc<SrqInner<B>>>,
     _slots: Box<[WrSlot]>,
     _ready: Box<[AtomicU32]>,
     _keep: Arc<dyn Any + Send + Sync>,
@@ -42,6 +48,12 @@ pub struct SharedQpPoller<B: Backend> {
     retire: SharedRetirer<B>,
     rq: RecvQueue,
     _rq_wrid: Box<[u64]>,
+    /// For a QP on an SRQ: the memory of the stand-in `rq` (never posted
+    /// to: [`SharedQpPoller::post_recv`] refuses), as in the QP it came
+    /// from.
+    _no_rq: Option<Box<AbsentRq>>,
+    /// The QP is on an SRQ: its receives are posted to the SRQ.
+    on_srq: bool,
 }
 
 /// The retire handle inside a [`SharedQpPoller`] (the send-queue side of
@@ -69,10 +81,11 @@ impl<B: Backend> Qp<B> {
     /// coalesce.
     ///
     /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise, and for
-    /// a QP on an SRQ, whose receives the shared poller cannot complete,
-    /// and for a UD QP, which has no shared UD post yet).
+    /// a UD QP, which has no shared UD post yet). A QP on an SRQ can be
+    /// shared too: its poller then polls through [`Srq::route_shared`]
+    /// (super::Srq::route_shared), which completes the SRQ's receives.
     pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
-        if self.srq.is_some() || self.is_ud() {
+        if self.is_ud() {
             return Err(Error::Unsupported);
         }
         let QpPath::Mlx5(q) = &self.path else {
@@ -110,18 +123,22 @@ impl<B: Backend> Qp<B> {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: each field is read exactly once and `this` is never used
         // or dropped afterwards.
-        let (pd, send_cq, recv_cq, path, keep) = unsafe {
+        let (pd, send_cq, recv_cq, path, keep, demand, srq) = unsafe {
             (
                 core::ptr::read(&this.pd),
                 core::ptr::read(&this._send_cq),
                 core::ptr::read(&this._recv_cq),
                 core::ptr::read(&this.path),
                 core::ptr::read(&this._keep),
+                core::ptr::read(&this.demand),
+                core::ptr::read(&this.srq),
             )
         };
+        let on_srq = srq.is_some();
         let QpPath::Mlx5(Mlx5Queues {
             rq,
             _rq_wrid: rq_wrid,
+            _no_rq: no_rq,
             ..
         }) = path
         else {
@@ -134,6 +151,8 @@ impl<B: Backend> Qp<B> {
             pd,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
+            demand,
+            srq,
             _slots: slots,
             _ready: ready,
             _keep: keep,
@@ -142,6 +161,8 @@ impl<B: Backend> Qp<B> {
             retire: SharedRetirer(Arc::clone(&shared)),
             rq,
             _rq_wrid: rq_wrid,
+            _no_rq: no_rq,
+            on_srq,
         };
         Ok((shared, poller))
     }
@@ -215,8 +236,16 @@ impl<B: Backend> SharedQp<B> {
 
 impl<B: Backend> Drop for SharedQp<B> {
     fn drop(&mut self) {
-        // The last handle (poller included) is gone: destroy, then free.
+        // The last handle (poller included) is gone: destroy, then free,
+        // and give back what the QP held, as `Qp`'s drop does.
         let _ = self.pd.b.destroy_qp(self.qpn);
+        // Relaxed: see `Pd::create_qp`.
+        self._send_cq.users.fetch_sub(1, Ordering::Relaxed);
+        self._recv_cq.users.fetch_sub(1, Ordering::Relaxed);
+        self.demand.release(&self._send_cq, &self._recv_cq);
+        if let Some(s) = &self.srq {
+            s.detach(&self._recv_cq);
+        }
     }
 }
 
@@ -225,8 +254,16 @@ impl<B: Backend> SharedQpPoller<B> {
     pub fn qpn(&self) -> u32 {
         self.retire.0.qpn
     }
-    /// Posts receive WRs (the receive queue belongs to the poller).
+    /// Posts receive WRs (the receive queue belongs to the poller). A QP on
+    /// an SRQ has none: [`Error::InvalidAttribute`] for the first WR,
+    /// nothing posted (post to the SRQ), as [`Qp::post_recv`] says.
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> core::result::Result<(), PostError> {
+        if self.on_srq {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidAttribute,
+            });
+        }
         // SAFETY: as in `Qp::post_send`.
         unsafe { self.rq.post_list(wrs) }
     }

@@ -23,11 +23,12 @@ use core::ptr::NonNull;
 
 use crate::attr::{SrqAttr, SrqId};
 use crate::error::{Error, PostError, Result};
-use crate::provider::mlx5::{self, CqRoute, QpQueues, SrqSlot};
+use crate::provider::mlx5::{self, CqRoute, CqRouteTo, QpQueues, SrqSlot};
 use crate::wr::RecvWr;
 
 use super::cq::{CqDemand, CqInner};
 use super::device::{Pd, PdInner};
+use super::shared_qp::SharedRetirer;
 use super::{Backend, RawSrqPath, SrqDriver};
 
 /// Keys for [`SrqId::key`]: one per SRQ the API creates, never reused.
@@ -365,6 +366,57 @@ impl<B: Backend> Srq<B> {
     pub fn route<'a, R: CqRoute + ?Sized>(&'a mut self, qps: &'a mut R) -> SrqRoute<'a, B, R> {
         SrqRoute { srq: self, qps }
     }
+
+    /// [`Srq::route`] for shared QPs on this SRQ: `pollers` (one
+    /// [`super::SharedQpPoller`] or a slice of `&mut` ones) for their send
+    /// completions, this SRQ for the receives, polled with
+    /// [`super::Cq::poll_shared`].
+    pub fn route_shared<'a, R: CqRouteTo<SharedRetirer<B>> + ?Sized>(
+        &'a mut self,
+        pollers: &'a mut R,
+    ) -> SrqSharedRoute<'a, B, R> {
+        SrqSharedRoute { srq: self, pollers }
+    }
+
+    /// The mlx5 SRQ a responder completion names by `srqn_uidx` (the low
+    /// 24 bits: the SRQ number with CQE version 0; docs/spec/mlx5.md §11),
+    /// if it is this one.
+    #[inline]
+    fn named_by(&mut self, srqn_uidx: u32) -> Option<&mut mlx5::Srq> {
+        if srqn_uidx != self.inner.srqn & 0x00ff_ffff {
+            return None;
+        }
+        match self.queue.as_mut() {
+            Some(SrqQueue::Mlx5 { q, .. }) => Some(q),
+            // A driver SRQ's receives complete on a driver CQ, which never
+            // asks the route.
+            _ => None,
+        }
+    }
+}
+
+/// A CQ route through one SRQ and a set of shared QPs
+/// ([`Srq::route_shared`]).
+pub struct SrqSharedRoute<'a, B: Backend, R: CqRouteTo<SharedRetirer<B>> + ?Sized> {
+    srq: &'a mut Srq<B>,
+    pollers: &'a mut R,
+}
+
+impl<B: Backend, R: CqRouteTo<SharedRetirer<B>> + ?Sized> CqRouteTo<SharedRetirer<B>>
+    for SrqSharedRoute<'_, B, R>
+{
+    #[inline(always)]
+    fn route_to(&mut self, qpn: u32) -> Option<QpQueues<'_, SharedRetirer<B>>> {
+        self.pollers.route_to(qpn)
+    }
+    #[inline(always)]
+    fn busy(&self) -> bool {
+        self.pollers.busy()
+    }
+    #[inline]
+    fn srq_for(&mut self, _qpn: u32, srqn_uidx: u32) -> Option<&mut mlx5::Srq> {
+        self.srq.named_by(srqn_uidx)
+    }
 }
 
 /// A CQ route through one SRQ and a set of QPs ([`Srq::route`]).
@@ -384,16 +436,6 @@ impl<B: Backend, R: CqRoute + ?Sized> CqRoute for SrqRoute<'_, B, R> {
     }
     #[inline]
     fn srq_for(&mut self, _qpn: u32, srqn_uidx: u32) -> Option<&mut mlx5::Srq> {
-        // CQE version 0: the entry names the SRQ (0 for QPs without one);
-        // docs/spec/mlx5.md §11.
-        if srqn_uidx != self.srq.inner.srqn & 0x00ff_ffff {
-            return None;
-        }
-        match self.srq.queue.as_mut() {
-            Some(SrqQueue::Mlx5 { q, .. }) => Some(q),
-            // A driver SRQ's receives complete on a driver CQ, which never
-            // asks the route.
-            _ => None,
-        }
+        self.srq.named_by(srqn_uidx)
     }
 }
