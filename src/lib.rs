@@ -79,6 +79,11 @@ pub mod wr;
 #[cfg(feature = "soft")]
 pub mod api;
 
+// Connecting a mesh of QPs among many ranks through an allgather (MPI,
+// or the built-in TCP rendezvous).
+#[cfg(feature = "soft")]
+pub mod bootstrap;
+
 // Credit-based flow control for SEND/RECV.
 #[cfg(feature = "soft")]
 pub mod credit;
