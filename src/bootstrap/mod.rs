@@ -1,6 +1,6 @@
 //! Bootstrapping a mesh of connected RC QPs among `size` ranks from an
 //! allgather the caller supplies ([`Allgather`]: MPI's `MPI_Allgather`,
-//! the built-in TCP rendezvous, or anything else that
+//! the built-in TCP rendezvous [`TcpAllgather`], or anything else that
 //! gives every rank every rank's bytes).
 //!
 //! [`MeshBuilder`] creates one RC QP per peer (every other rank, or a
@@ -38,6 +38,7 @@
 
 mod exchange;
 mod mesh;
+mod tcp;
 mod wire;
 
 use crate::error::Result;
@@ -45,6 +46,7 @@ use crate::wr::Remote;
 
 pub(crate) use exchange::{exchange, Endpoints};
 pub use mesh::{Mesh, MeshBuilder, MeshPeer};
+pub use tcp::TcpAllgather;
 pub use wire::MAX_PUBLISHED_MRS;
 
 /// An allgather among `size` ranks: every rank calls
