@@ -627,6 +627,11 @@
 #define RDD_SUBMIT_DESC_FLAGS 11
 
 /**
+ * Most regions one rank may publish in a mesh.
+ */
+#define RDD_MESH_MAX_MRS 4096
+
+/**
  * The status every C function returns. 0 is success.
  *
  * Values are stable and never reused; retired values stay listed here as
@@ -826,6 +831,11 @@ typedef struct rdd_device rdd_device;
 typedef struct rdd_exposure rdd_exposure;
 
 /**
+ * A connected mesh (opaque handle): `rdd_mesh_create` / `rdd_mesh_destroy`.
+ */
+typedef struct rdd_mesh rdd_mesh;
+
+/**
  * A registered memory region with a library-owned buffer (opaque handle):
  * `rdd_mr_reg` / `rdd_mr_free`.
  */
@@ -864,6 +874,13 @@ typedef struct rdd_submit_service rdd_submit_service;
  * `rdd_submit_register` / `rdd_submit_unregister`.
  */
 typedef struct rdd_submitter rdd_submitter;
+
+/**
+ * The built-in TCP rendezvous (opaque handle), an allgather for
+ * `rdd_mesh_create`: `rdd_tcp_allgather_create` /
+ * `rdd_tcp_allgather_destroy`.
+ */
+typedef struct rdd_tcp_rendezvous rdd_tcp_rendezvous;
 
 /**
  * Caller-provided storage for a send-queue handle. Declare one (static,
@@ -2216,6 +2233,83 @@ typedef struct rdd_submit_counters {
      */
     uint64_t held;
 } rdd_submit_counters;
+
+/**
+ * What `rdd_mesh_create` builds.
+ */
+typedef struct rdd_mesh_init {
+    /**
+     * This rank, `0..size` (the allgather's).
+     */
+    uint32_t rank;
+    /**
+     * The number of ranks.
+     */
+    uint32_t size;
+    /**
+     * Capacities of every QP (NULL: `rdd_qp_create`'s defaults).
+     */
+    const struct rdd_qp_init *qp;
+    /**
+     * Attributes every QP connects with (NULL: `rdd_qp_connect`'s
+     * defaults, no remote access).
+     */
+    const struct rdd_connect_attr *attr;
+    /**
+     * The ranks to connect to (distinct, in range, not `rank`); NULL
+     * with `n_peers` 0: every other rank.
+     */
+    const uint32_t *peers;
+    /**
+     * Entries of `peers`.
+     */
+    size_t n_peers;
+    /**
+     * Regions to publish to every peer (their address, length, rkey).
+     */
+    struct rdd_mr *const *mrs;
+    /**
+     * Entries of `mrs` (at most `RDD_MESH_MAX_MRS`).
+     */
+    size_t n_mrs;
+} rdd_mesh_init;
+
+/**
+ * The allgather a mesh is built through: gathers `len` bytes from
+ * `mine` on every rank into `all` (`len * size` bytes, rank `r`'s at
+ * `all + r * len`), as `MPI_Allgather(mine, len, MPI_BYTE, all, len,
+ * MPI_BYTE, comm)` does. Returns 0 on success; anything else fails the
+ * build (an `rdd_status` value is passed on as the build's status, any
+ * other value becomes `RDD_STATUS_CONNECT_FAILED`). It is called three
+ * times per `rdd_mesh_create`, on every rank in the same order, and
+ * should not block without bound.
+ */
+typedef int (*rdd_allgather_fn)(void *ctx,
+                                const void *mine,
+                                size_t len,
+                                void *all);
+
+/**
+ * A region a peer published (`rdd_mesh_peer_mr`).
+ */
+typedef struct rdd_remote_mr {
+    /**
+     * Its address in the peer's address space.
+     */
+    uint64_t addr;
+    /**
+     * Its length in bytes.
+     */
+    uint64_t len;
+    /**
+     * Its remote key.
+     */
+    uint32_t rkey;
+    /**
+     * Always 0.
+     */
+    uint32_t reserved;
+} rdd_remote_mr;
 
 #ifdef __cplusplus
 extern "C" {
@@ -4802,6 +4896,163 @@ rdd_status rdd_submit_flush(struct rdd_submit_service *svc,
  */
 rdd_status rdd_submit_stats(const struct rdd_submit_service *svc,
                             struct rdd_submit_counters *out);
+
+/**
+ * Builds a mesh of connected RC QPs among `init->size` ranks through
+ * `fn(ctx, ...)`, called the same way on every rank: one QP per peer on
+ * `pd`, completing on `send_cq` and `recv_cq` (may be the same; deep
+ * enough for all of them, `rdd_device_cq_depth_for`), each connected to
+ * its peer's QP towards this rank, with the regions in `init->mrs`
+ * published to every peer. The protocol, the record format and the
+ * checks are in docs/architecture.md ("Bootstrap").
+ *
+ * On success `*out` is the mesh; on any error nothing the call made is
+ * left (every QP it created is destroyed, on every rank), `*out` is not
+ * written, and every rank reports an error:
+ * - `NULL_PARAMETER` (`init`, `fn`, `out`, or `init->peers` / `init->mrs`
+ *   NULL with a non-zero count) and `INVALID_ARGUMENT` (`init->rank`
+ *   not below `init->size`): returned before `fn` is called at all, so
+ *   the other ranks' calls of their allgather fail as it fails when a
+ *   rank never takes part;
+ * - `INVALID_ATTRIBUTE`: a peer list that is not distinct, in range and
+ *   without this rank, more than `RDD_MESH_MAX_MRS` regions, or QP
+ *   capacities the device refuses; `INVALID_HANDLE` for a bad `pd`, CQ
+ *   or region; what `rdd_qp_create` and `rdd_qp_connect` return: the
+ *   local rank's status, while the other ranks get `CONNECT_FAILED`;
+ * - `PROTOCOL_ERROR`: a rank's message is not well formed (magic,
+ *   version, checksum, a rank field that is not its sender's slot, as a
+ *   duplicate rank gives, another size, counts that disagree with the
+ *   length, a QP number or PSN wider than 24 bits), or a rank is listed
+ *   by a peer it does not list;
+ * - `CONNECT_FAILED`: another rank failed locally, or `fn` returned a
+ *   value that is not an `rdd_status`; an `rdd_status` value `fn`
+ *   returns (`TIMEOUT` from `rdd_tcp_allgather`, ...) is the status.
+ *
+ * # Safety
+ * `init` is valid for reads of one `rdd_mesh_init`, whose `qp` and
+ * `attr` are NULL or readable and whose `peers` and `mrs` are readable
+ * for their counts; `fn` is safe to call with `ctx` and buffers of the
+ * lengths it is given; `out` is valid for a write of one pointer.
+ */
+rdd_status rdd_mesh_create(struct rdd_pd *pd,
+                           struct rdd_cq *send_cq,
+                           struct rdd_cq *recv_cq,
+                           const struct rdd_mesh_init *init,
+                           rdd_allgather_fn fn,
+                           void *ctx,
+                           struct rdd_mesh **out);
+
+/**
+ * Destroys a mesh and every QP in it (as `rdd_qp_destroy` does: their
+ * CQs are used by the call). `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (another call is using the mesh).
+ */
+rdd_status rdd_mesh_destroy(struct rdd_mesh *mesh);
+
+/**
+ * The number of peers in the mesh (`*out_n`; their ranks, in the order
+ * they were listed, by `rdd_mesh_peer_rank`) and the mesh's size
+ * (`*out_size`, may be NULL). `NULL_PARAMETER`, `INVALID_HANDLE`.
+ *
+ * # Safety
+ * `out_n` is valid for a write; `out_size` is NULL or valid for one.
+ */
+rdd_status rdd_mesh_peers(const struct rdd_mesh *mesh,
+                          size_t *out_n,
+                          uint32_t *out_size);
+
+/**
+ * The rank of the mesh's `i`-th peer. `NULL_PARAMETER`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`i` not below the peer count).
+ *
+ * # Safety
+ * `out_rank` is valid for a write.
+ */
+rdd_status rdd_mesh_peer_rank(const struct rdd_mesh *mesh,
+                              size_t i,
+                              uint32_t *out_rank);
+
+/**
+ * The QP connected to peer `rank` (an `rdd_qp` handle owned by the
+ * mesh: post and poll with it, never destroy it). `NULL_PARAMETER`,
+ * `INVALID_HANDLE`, `NO_SUCH_OBJECT` (`rank` is not a peer).
+ *
+ * # Safety
+ * `out_qp` is valid for a write of one pointer.
+ */
+rdd_status rdd_mesh_peer_qp(const struct rdd_mesh *mesh,
+                            uint32_t rank,
+                            struct rdd_qp **out_qp);
+
+/**
+ * The `i`-th region peer `rank` published (`*out`), and how many it
+ * published (`*out_count`, may be NULL). `NULL_PARAMETER`,
+ * `INVALID_HANDLE`, `NO_SUCH_OBJECT` (`rank` is not a peer),
+ * `INVALID_ARGUMENT` (`i` not below the count; `*out_count` is still
+ * written, so `i` = 0 with a NULL-safe `out` is how to ask the count:
+ * `out` may be NULL then).
+ *
+ * # Safety
+ * `out` is NULL or valid for a write of one `rdd_remote_mr`;
+ * `out_count` is NULL or valid for a write.
+ */
+rdd_status rdd_mesh_peer_mr(const struct rdd_mesh *mesh,
+                            uint32_t rank,
+                            size_t i,
+                            struct rdd_remote_mr *out,
+                            size_t *out_count);
+
+/**
+ * Joins the TCP rendezvous at `host`:`port` as `rank` of `size`: rank 0
+ * listens there (`host` is the address to bind, e.g. "0.0.0.0"), the
+ * others connect to it, retrying while rank 0 is not up yet. Returns
+ * once every rank joined, or within about `timeout_ms`:
+ * `NULL_PARAMETER` (`host`, `out`), `INVALID_ARGUMENT` (`host` not
+ * UTF-8, `timeout_ms` 0), `INVALID_ATTRIBUTE` (`rank >= size`, a host
+ * that resolves to nothing), `TIMEOUT` (a rank did not join in time, or
+ * rank 0 did not answer), `PROTOCOL_ERROR` (rank 0: a duplicate rank,
+ * one out of range, another size, or bytes that are not a join; the
+ * other ranks hear rank 0's status), `CONNECT_FAILED` (rank 0 cannot
+ * bind, or went away).
+ *
+ * Pass `rdd_tcp_allgather` as the `fn` of `rdd_mesh_create` and the
+ * handle as its `ctx`; each of its gathers is bounded by `timeout_ms`
+ * too, and a rank that vanishes is an error at once.
+ *
+ * # Safety
+ * `host` is NULL or a NUL-terminated string; `out` is valid for a write
+ * of one pointer.
+ */
+rdd_status rdd_tcp_allgather_create(uint32_t rank,
+                                    uint32_t size,
+                                    const char *host,
+                                    uint16_t port,
+                                    uint32_t timeout_ms,
+                                    struct rdd_tcp_rendezvous **out);
+
+/**
+ * Leaves the rendezvous (closing its connections: ranks still gathering
+ * through it see an error at once). `NULL_PARAMETER`, `INVALID_HANDLE`,
+ * `RESOURCE_BUSY` (a gather is running on it).
+ */
+rdd_status rdd_tcp_allgather_destroy(struct rdd_tcp_rendezvous *t);
+
+/**
+ * The TCP rendezvous as an `rdd_allgather_fn`: `ctx` is an
+ * `rdd_tcp_rendezvous *`. Returns 0, or an `rdd_status` value:
+ * `NULL_PARAMETER`, `INVALID_HANDLE`, `RESOURCE_BUSY` (another gather
+ * runs on it), `TIMEOUT`, `CONNECT_FAILED` (a rank went away; the
+ * rendezvous is then unusable), `PROTOCOL_ERROR` (the ranks' lengths
+ * disagree).
+ *
+ * # Safety
+ * `mine` is readable for `len` bytes and `all` writable for `len` times
+ * the rendezvous' size.
+ */
+int rdd_tcp_allgather(void *ctx,
+                      const void *mine,
+                      size_t len,
+                      void *all);
 
 #ifdef __cplusplus
 }  // extern "C"

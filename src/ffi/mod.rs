@@ -69,7 +69,12 @@ pub mod pool;
 // The poll-mode submission service (`ring::submit` over an object QP).
 #[cfg(feature = "soft")]
 pub mod submit;
+// Building a mesh of connected QPs through an allgather (`crate::bootstrap`).
+#[cfg(feature = "soft")]
+pub mod bootstrap;
 
+#[cfg(feature = "soft")]
+pub use bootstrap::*;
 #[cfg(feature = "soft")]
 pub use expose::*;
 pub use mlx5::*;

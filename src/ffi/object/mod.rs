@@ -100,6 +100,7 @@ pub use ud_ops::*;
 pub(super) use objects::{MrObj, PdObj};
 pub(super) use post::post_library_wr;
 pub(super) use table::{excl, insert, shared, Object, KIND_EXPOSURE, KIND_POOL};
+pub(super) use table::{KIND_MESH, KIND_TCP_AG};
 
 // ---------------------------------------------------------------------
 // Helpers

@@ -34,6 +34,10 @@ pub(in crate::ffi) const KIND_EXPOSURE: u8 = 7;
 pub(super) const KIND_SRQ: u8 = 8;
 /// An address handle (`ud.rs`).
 pub(super) const KIND_AH: u8 = 9;
+/// A bootstrapped mesh (`ffi::bootstrap`).
+pub(in crate::ffi) const KIND_MESH: u8 = 10;
+/// The TCP rendezvous (`ffi::bootstrap`).
+pub(in crate::ffi) const KIND_TCP_AG: u8 = 11;
 
 const INDEX_SHIFT: u32 = 8;
 const INDEX_BITS: u32 = 20;
