@@ -235,6 +235,18 @@ static void refusals(rdd_device *dev)
     CHECK_EQ(rdd_tcp_allgather_create(0, 1, "127.0.0.1", 0, 1000, &t), RDD_STATUS_OK);
     CHECK_EQ(rdd_mesh_create(pd, cq, cq, &init, rdd_tcp_allgather, t, &m),
              RDD_STATUS_INVALID_ATTRIBUTE);
+    /* A published region whose handle is not one: this rank's refusal. */
+    {
+        rdd_mr *bad = (rdd_mr *)(uintptr_t)0x5a5a00;
+        init.peers = NULL;
+        init.n_peers = 0;
+        init.mrs = &bad;
+        init.n_mrs = 1;
+        CHECK_EQ(rdd_mesh_create(pd, cq, cq, &init, rdd_tcp_allgather, t, &m),
+                 RDD_STATUS_INVALID_HANDLE);
+        init.mrs = NULL;
+        init.n_mrs = 0;
+    }
     /* One rank, no peers: a mesh of none. */
     init.peers = NULL;
     init.n_peers = 0;

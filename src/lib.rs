@@ -16,6 +16,8 @@
 //! - `verbs::VerbsDevice` (feature `verbs`): real kernel devices through
 //!   libibverbs, with rdma-direct's own rings on rxe and siw and the mlx5
 //!   core on ConnectX (`mlx5dv_init_obj`).
+//! - [`bootstrap`]: a mesh of connected QPs among many ranks (MPI, or
+//!   the built-in TCP rendezvous), through an allgather.
 //! - [`pool`], [`expose`] and [`credit`]: pre-registered buffers,
 //!   revocable exposure of memory to peers, credit-based flow control.
 //! - [`ring::submit`]: the MPSC submission ring a poll-mode service
