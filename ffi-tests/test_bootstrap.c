@@ -9,7 +9,10 @@
  * built-in TCP rendezvous on localhost.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -179,6 +182,27 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
+/* A localhost port nobody listens on now (bound to port 0, then
+ * released), for the TCP rendezvous. */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t n = sizeof a;
+    uint16_t port = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &n) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
+}
+
 static void run(rdd_device *dev, enum mode mode, struct shared *sh)
 {
     pthread_t t[RANKS];
@@ -187,7 +211,8 @@ static void run(rdd_device *dev, enum mode mode, struct shared *sh)
     memset(sh, 0, sizeof *sh);
     sh->mode = mode;
     sh->dev = dev;
-    sh->port = (uint16_t)(20000 + getpid() % 20000);
+    sh->port = free_port();
+    CHECK(sh->port != 0);
     pthread_barrier_init(&sh->barrier, NULL, RANKS);
     for (r = 0; r < RANKS; r++) {
         c[r] = (struct rank_ctx){sh, r, 0};
