@@ -12,6 +12,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,6 +72,68 @@ static int local_allgather(void *ctx, const void *mine, size_t len, void *all)
         ((uint8_t *)all)[1 * len + 0] ^= 0xff; /* rank 1's magic */
     }
     return 0;
+}
+
+/* Holds a mesh's CQ (and its QPs) for a second: an rdd_cq_wait that
+ * nothing completes, as a poller on another thread would. It retries
+ * while the main thread's probes hold the CQ. */
+struct busy_wait {
+    rdd_cq *cq;
+    rdd_qp **qps;
+    size_t n;
+};
+
+static void *busy_waiter(void *arg)
+{
+    struct busy_wait *b = arg;
+    rdd_wc wc[1];
+    size_t got = 7;
+    rdd_status s;
+    do {
+        s = rdd_cq_wait(b->cq, b->qps, b->n, wc, 1, RDD_WAIT_BUSY_POLL, 1000000000ull, &got);
+    } while (s == RDD_STATUS_RESOURCE_BUSY);
+    TCHECK_EQ(s, RDD_STATUS_TIMEOUT);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* rdd_mesh_destroy while another call holds the mesh's CQ: RESOURCE_BUSY
+ * and every QP still there (all or nothing); then it destroys. */
+static void mesh_destroy_busy(rdd_mesh *mesh, rdd_cq *cq, rdd_qp **qps, size_t n)
+{
+    struct busy_wait b = {cq, qps, n};
+    pthread_t t;
+    rdd_status probe = RDD_STATUS_OK;
+    size_t i;
+    int joined;
+    double t0 = now_s();
+    TCHECK_EQ(pthread_create(&t, NULL, busy_waiter, &b), 0);
+    /* Until the waiter holds the CQ: a poll of it is then RESOURCE_BUSY. */
+    while (probe != RDD_STATUS_RESOURCE_BUSY && now_s() - t0 < 5.0) {
+        rdd_wc wc[1];
+        size_t got = 0;
+        probe = rdd_cq_poll(cq, qps, n, wc, 1, &got);
+        if (probe == RDD_STATUS_OK) {
+            TCHECK_EQ(got, 0);
+            sched_yield();
+        }
+    }
+    TCHECK_EQ(probe, RDD_STATUS_RESOURCE_BUSY);
+    TCHECK_EQ(rdd_mesh_destroy(mesh), RDD_STATUS_RESOURCE_BUSY);
+    /* Joined outside TCHECK_EQ: it holds the check lock, which the waiter
+     * takes for its own check. */
+    joined = pthread_join(t, NULL);
+    TCHECK_EQ(joined, 0);
+    for (i = 0; i < n; i++) {
+        rdd_qp_info qi;
+        TCHECK_EQ(rdd_qp_query_info(qps[i], &qi), RDD_STATUS_OK);
+    }
 }
 
 static void *rank_main(void *arg)
@@ -168,8 +232,15 @@ static void *rank_main(void *arg)
             }
         }
         pthread_barrier_wait(&sh->barrier);
+        if (sh->mode == MODE_OK && c->rank == 0) {
+            mesh_destroy_busy(mesh, cq, qps, n);
+        }
         TCHECK_EQ(rdd_mesh_destroy(mesh), RDD_STATUS_OK);
         TCHECK_EQ(rdd_mesh_destroy(mesh), RDD_STATUS_INVALID_HANDLE);
+        for (i = 0; i < n; i++) {
+            rdd_qp_info qi;
+            TCHECK_EQ(rdd_qp_query_info(qps[i], &qi), RDD_STATUS_INVALID_HANDLE);
+        }
     }
     if (tcp) {
         TCHECK_EQ(rdd_tcp_allgather_destroy(tcp), RDD_STATUS_OK);

@@ -4944,8 +4944,11 @@ rdd_status rdd_mesh_create(struct rdd_pd *pd,
 
 /**
  * Destroys a mesh and every QP in it (as `rdd_qp_destroy` does: their
- * CQs are used by the call). `NULL_PARAMETER`, `INVALID_HANDLE`,
- * `RESOURCE_BUSY` (another call is using the mesh).
+ * CQs are used by the call; QPs already destroyed with `rdd_qp_destroy`
+ * are skipped). All or nothing: `RESOURCE_BUSY` if another call is using
+ * the mesh, one of its QPs or one of their CQs (a poll on another
+ * thread), and then nothing is destroyed; call again once it is done.
+ * `NULL_PARAMETER`, `INVALID_HANDLE`.
  */
 rdd_status rdd_mesh_destroy(struct rdd_mesh *mesh);
 

@@ -20,7 +20,9 @@ use crate::bootstrap::{exchange, Allgather, Endpoints, RemoteMr, TcpAllgather};
 use crate::error::{Error, Result};
 use crate::ffi::status::rdd_status;
 
-use super::object::{as_handle, excl, h, insert, put, shared, Object, KIND_MESH, KIND_TCP_AG};
+use super::object::{
+    as_handle, destroy_all, excl, h, insert, put, shared, Object, KIND_MESH, KIND_TCP_AG,
+};
 use super::object::{
     rdd_connect_attr, rdd_cq, rdd_mr, rdd_mr_addr, rdd_mr_len, rdd_mr_rkey, rdd_pd, rdd_qp,
     rdd_qp_connect, rdd_qp_create, rdd_qp_destroy, rdd_qp_info, rdd_qp_init, rdd_qp_query_info,
@@ -398,13 +400,20 @@ impl Endpoints for FailFirst<'_> {
 }
 
 /// Destroys a mesh and every QP in it (as `rdd_qp_destroy` does: their
-/// CQs are used by the call). `NULL_PARAMETER`, `INVALID_HANDLE`,
-/// `RESOURCE_BUSY` (another call is using the mesh).
+/// CQs are used by the call; QPs already destroyed with `rdd_qp_destroy`
+/// are skipped). All or nothing: `RESOURCE_BUSY` if another call is using
+/// the mesh, one of its QPs or one of their CQs (a poll on another
+/// thread), and then nothing is destroyed; call again once it is done.
+/// `NULL_PARAMETER`, `INVALID_HANDLE`.
 #[no_mangle]
 pub extern "C" fn rdd_mesh_destroy(mesh: *mut rdd_mesh) -> rdd_status {
     ffi_boundary!({
         non_null!(mesh);
-        let m = try_status!(excl::<MeshObj>(h(mesh)));
+        let mut m = try_status!(excl::<MeshObj>(h(mesh)));
+        let qps: Vec<usize> = m.peers.iter().map(|p| p.qp).collect();
+        try_status!(destroy_all(&qps));
+        // Destroyed: the drop must not try again.
+        m.peers.clear();
         m.destroy();
         rdd_status::Ok
     })
