@@ -474,7 +474,8 @@ impl Backend for VerbsDevice {
 }
 
 impl VerbsDevice {
-    /// An RC QP, or (`ud`) a UD QP on the fallback data path.
+    /// An RC QP, or (`ud`) a UD QP on the fallback data path or rxe's
+    /// direct rings.
     fn create_qp_of(
         &self,
         pd: u32,
@@ -502,7 +503,7 @@ impl VerbsDevice {
             return Err(Error::InvalidAttribute);
         }
         if let Some((kind, _)) = self.direct {
-            return self.create_direct_qp(kind, pd, send_cq, recv_cq, init);
+            return self.create_direct_qp(kind, pd, send_cq, recv_cq, init, ud);
         }
         let mut t = self.lock();
         let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;

@@ -64,6 +64,9 @@ pub(super) struct Tables {
     pub(super) srqs: HashMap<u32, SrqEntry>,
     /// Verbs fallback: address handles (and their PD), by handle.
     pub(super) ahs: HashMap<u32, (Raw<sys::ibv_ah>, u32)>,
+    /// rxe direct rings: address handles of our own CREATE_AH (and their
+    /// PD), by handle.
+    pub(super) direct_ahs: HashMap<u32, (uverbs::UverbsAh, u32)>,
     /// rxe/siw direct path: the `user_handle` each QP was created with
     /// (what the kernel's async events name) to its QP number.
     pub(super) qp_handles: HashMap<u64, u32>,

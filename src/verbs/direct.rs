@@ -55,14 +55,26 @@ pub(crate) enum CqRing {
 }
 
 impl SendRing {
+    /// With `ud`, each WR is a UD send there (rxe only; siw has no UD
+    /// QPs, so it never gets one and refuses it).
+    ///
     /// # Safety
     /// As the codecs' `post`.
-    unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<bool, PostError> {
+    unsafe fn post(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        ud: Option<&rxe::RxeUdDest>,
+    ) -> core::result::Result<bool, PostError> {
         // SAFETY: forwarded contract.
         unsafe {
-            match self {
-                SendRing::Rxe(q) => q.post(wrs).map(|p| p.doorbell),
-                SendRing::Siw(q) => q.post(wrs).map(|p| p.doorbell),
+            match (self, ud) {
+                (SendRing::Rxe(q), None) => q.post(wrs).map(|p| p.doorbell),
+                (SendRing::Rxe(q), Some(d)) => q.post_ud(wrs, d).map(|p| p.doorbell),
+                (SendRing::Siw(q), None) => q.post(wrs).map(|p| p.doorbell),
+                (SendRing::Siw(_), Some(_)) => Err(PostError {
+                    index: 0,
+                    error: Error::Unsupported,
+                }),
             }
         }
     }
@@ -155,6 +167,8 @@ pub(crate) struct DirectQp {
     /// A doorbell for deferred WRs failed: the next ring or post rings
     /// again, so they are not left waiting.
     ring_owed: bool,
+    /// A UD QP (rxe): sends go through [`QpDriver::post_send_ud`] only.
+    ud: bool,
 }
 
 impl DirectQp {
@@ -177,9 +191,17 @@ impl DirectQp {
             atomics,
             unsignaled: 0,
             ring_owed: false,
+            ud: false,
         };
         q.state_changed(QpState::Reset);
         q
+    }
+
+    /// Marks the QP as a UD one (docs/spec/rxe.md §8): RC posts are
+    /// refused, datagrams go through [`QpDriver::post_send_ud`].
+    pub(crate) fn datagram(mut self) -> DirectQp {
+        self.ud = true;
+        self
     }
 
     /// The capacities a [`QpTrack`] for these rings needs.
@@ -205,6 +227,7 @@ impl DirectQp {
         wrs: &[SendWr<'_>],
         marker: bool,
         defer: bool,
+        ud: Option<&rxe::RxeUdDest>,
     ) -> core::result::Result<(), PostError> {
         let t = &*self.track;
         if !(t.state() == QpState::Rts as u32 || t.state() == QpState::Error as u32) {
@@ -260,7 +283,7 @@ impl DirectQp {
                     if defer {
                         self.sq.post_deferred(&buf[..n]).map(|()| false)
                     } else {
-                        self.sq.post(&buf[..n])
+                        self.sq.post(&buf[..n], ud)
                     }
                 };
                 match posted {
@@ -331,13 +354,73 @@ impl DirectQp {
     }
 }
 
+impl DirectQp {
+    /// An RC post on a UD QP: it has no address handle, so it is refused
+    /// (as the fallback refuses it).
+    #[inline(always)]
+    fn refuse_on_ud(&self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
+        if self.ud && !wrs.is_empty() {
+            return Err(PostError {
+                index: 0,
+                error: Error::InvalidAttribute,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl QpDriver for DirectQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        self.send_list(wrs, false, false)
+        self.refuse_on_ud(wrs)?;
+        self.send_list(wrs, false, false, None)
     }
 
     fn post_send_deferred(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<(), PostError> {
-        self.send_list(wrs, false, true)
+        self.refuse_on_ud(wrs)?;
+        self.send_list(wrs, false, true, None)
+    }
+
+    fn post_send_ud(
+        &mut self,
+        wr: &SendWr<'_>,
+        ah: crate::api::DriverAh,
+        remote_qpn: u32,
+        qkey: u32,
+    ) -> Result<()> {
+        if !self.ud {
+            return Err(Error::InvalidAttribute);
+        }
+        if !matches!(wr.op, SendOp::Send | SendOp::SendImm { .. }) {
+            // RDMA and atomics do not exist on UD.
+            return Err(Error::Unsupported);
+        }
+        if remote_qpn >> 24 != 0 {
+            return Err(Error::InvalidQpn);
+        }
+        if self.track.state() != QpState::Rts as u32 {
+            return Err(Error::InvalidQpState);
+        }
+        // IBA vol. 1 §10.2.4: a Q_Key with bit 31 set means the QP's own;
+        // rxe puts the WQE's value in the DETH as it is (docs/spec/rxe.md
+        // §8), so it is resolved here.
+        let qkey = if qkey & crate::api::OWN_QKEY != 0 {
+            // Relaxed: stored by this thread when the QP was made ready.
+            self.track.qkey.load(Ordering::Relaxed)
+        } else {
+            qkey
+        };
+        // The token is the `ah_num` this backend's CREATE_AH answered
+        // (`create_driver_ah`); the kernel checks it names an address
+        // handle of this QP's PD when it sends.
+        let dest = rxe::RxeUdDest {
+            ah_num: u32::try_from(ah.token).map_err(|_| Error::InvalidAttribute)?,
+            remote_qpn,
+            qkey,
+        };
+        // Published at once with any WRs deferred before (none: a UD QP
+        // refuses deferred posts), and rung.
+        self.send_list(core::slice::from_ref(wr), false, false, Some(&dest))
+            .map_err(|e| e.error)
     }
 
     fn ring(&mut self) -> Result<bool> {
@@ -371,6 +454,13 @@ impl QpDriver for DirectQp {
         if t.sends_outstanding() == 0 || t.last_send_is_marker() {
             return Ok(false);
         }
+        if self.ud {
+            // A UD QP cannot carry the marker's RDMA WRITE: the poller
+            // reports it, as on the fallback.
+            t.post_stranded_marker()?;
+            self.unsignaled = 0;
+            return Ok(true);
+        }
         if let SendRing::Siw(_) = self.sq {
             // siw never picks up what is written to a user SQ in ERROR
             // (see `state_changed`): the marker stays with the poller.
@@ -382,7 +472,7 @@ impl QpDriver for DirectQp {
         let wr = super::path::drain_marker_wr();
         // Not deferred: it publishes and rings every WR deferred before it,
         // so the kernel flushes them in order ahead of it.
-        self.send_list(core::slice::from_ref(&wr), true, false)
+        self.send_list(core::slice::from_ref(&wr), true, false, None)
             .map_err(|e| e.error)?;
         Ok(true)
     }

@@ -72,7 +72,8 @@ impl VerbsDevice {
     /// An RC QP on the rxe/siw direct path: our own CREATE_QP on the PD
     /// libibverbs made, both rings mapped and handed to the codecs; or,
     /// on an SRQ ([`QpInit::srq`]), the send ring alone, its receives
-    /// taken from the SRQ's ring (`super::direct_srq`).
+    /// taken from the SRQ's ring (`super::direct_srq`). With `ud`, a UD
+    /// QP (rxe only, docs/spec/rxe.md §8).
     pub(super) fn create_direct_qp(
         &self,
         kind: uverbs::Kind,
@@ -80,7 +81,11 @@ impl VerbsDevice {
         send_cq: u32,
         recv_cq: u32,
         init: &QpInit,
+        ud: bool,
     ) -> Result<RawQp> {
+        if ud && kind != uverbs::Kind::Rxe {
+            return Err(Error::Unsupported);
+        }
         let c = &self.caps;
         if init.max_send_wr == 0
             || (c.max_qp_wr != 0
@@ -126,6 +131,16 @@ impl VerbsDevice {
         // exists).
         let qp = Arc::new(unsafe {
             match &srq {
+                _ if ud => uverbs::UverbsQp::create_ud(
+                    self.ctx.ctx,
+                    kind,
+                    (*pdp).handle,
+                    &scq,
+                    &rcq,
+                    srq.as_ref().map(|(_, s, _)| &**s),
+                    &want,
+                    uh,
+                ),
                 None => uverbs::UverbsQp::create(
                     self.ctx.ctx,
                     kind,
@@ -195,8 +210,8 @@ impl VerbsDevice {
             Some((_, _, st)) => track.on_srq(Arc::clone(st)),
             None => track,
         });
-        let atomics = self.caps.atomics && kind == uverbs::Kind::Rxe;
-        let dq = DirectQp::new(
+        let atomics = self.caps.atomics && kind == uverbs::Kind::Rxe && !ud;
+        let mut dq = DirectQp::new(
             Arc::clone(&qp),
             [scq, rcq],
             sq,
@@ -204,6 +219,9 @@ impl VerbsDevice {
             Arc::clone(&track),
             atomics,
         );
+        if ud {
+            dq = dq.datagram();
+        }
         t.qp_handles.insert(uh, qpn);
         self.register_qp(
             &mut t,

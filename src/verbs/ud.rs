@@ -1,10 +1,12 @@
-//! Unreliable datagrams on the verbs backend's fallback data path: UD QPs
-//! made ready with their Q_Key, and address handles (`ibv_create_ah`) that
-//! the fallback QP driver posts with (`wr.ud.ah`).
+//! Unreliable datagrams on the verbs backend: UD QPs made ready with their
+//! Q_Key, and address handles. On the fallback data path they are
+//! libibverbs' (`ibv_create_ah`, posted with `wr.ud.ah`); on rxe's direct
+//! rings our own CREATE_AH, whose `ah_num` the ring's UD send WQEs name
+//! (docs/spec/rxe.md §8).
 //!
-//! Only on RoCE and InfiniBand devices opened on the fallback: iWARP (siw)
-//! has no datagrams, and the direct paths (mlx5 core, the rxe/siw rings)
-//! have no UD QPs of this backend's making; there every call is
+//! Only on RoCE and InfiniBand devices opened on the fallback, and on rxe's
+//! direct rings: iWARP (siw) has no datagrams, and the mlx5 core path has
+//! no UD QPs of this backend's making; there every call is
 //! [`Error::Unsupported`] (docs/status.md).
 
 use rdma_sys as sys;
@@ -19,7 +21,10 @@ use crate::sync::Ordering;
 impl VerbsDevice {
     /// Whether UD QPs and address handles can be made here.
     pub(super) fn ud_capable(&self) -> bool {
-        self.on_fallback() && self.port.transport != Transport::Iwarp
+        match self.direct {
+            Some((kind, _)) => kind == super::uverbs::Kind::Rxe,
+            None => self.on_fallback() && self.port.transport != Transport::Iwarp,
+        }
     }
 
     /// `Backend::ready_ud`: INIT (P_Key index 0, the port, `qkey`), RTR,
@@ -65,13 +70,30 @@ impl VerbsDevice {
 
     /// `Backend::create_driver_ah`: `ibv_create_ah` from the address
     /// vector (LID, SL, and with `is_global` the GRH: GID, source GID
-    /// index, hop limit, traffic class, flow label).
+    /// index, hop limit, traffic class, flow label); on rxe's direct rings
+    /// our own CREATE_AH from the same fields, the token its `ah_num`.
     pub(super) fn ah_create(&self, pd: u32, port_num: u8, d: &AddressVector) -> Result<DriverAh> {
         if !self.ud_capable() {
             return Err(Error::Unsupported);
         }
         let mut t = self.lock();
         let pdp = t.pds.get(&pd).ok_or(Error::NoSuchObject)?.0 .0;
+        if let Some((kind, _)) = self.direct {
+            // SAFETY: the device's live context (held by `self.ctx`, which
+            // every object outlives: the table entry is dropped before the
+            // device); `pdp` is a live PD of it (in the tables).
+            let ah = unsafe {
+                super::uverbs::UverbsAh::create(self.ctx.ctx, kind, (*pdp).handle, port_num, d)
+            }?;
+            let token = u64::from(ah.ah_num());
+            let h = t.next;
+            t.next += 1;
+            t.direct_ahs.insert(h, (ah, pd));
+            if let Some(p) = t.pds.get_mut(&pd) {
+                p.1 += 1;
+            }
+            return Ok(DriverAh { handle: h, token });
+        }
         let mut attr = sys::ibv_ah_attr {
             grh: sys::ibv_global_route {
                 dgid: sys::ibv_gid { raw: d.dgid },
@@ -107,6 +129,14 @@ impl VerbsDevice {
     /// `Backend::destroy_driver_ah`.
     pub(super) fn ah_destroy(&self, handle: u32) -> Result<()> {
         let mut t = self.lock();
+        if let Some((ah, pd)) = t.direct_ahs.remove(&handle) {
+            if let Some(p) = t.pds.get_mut(&pd) {
+                p.1 -= 1;
+            }
+            // No post uses it any more (the API's `Ah` is being dropped);
+            // a kernel refusal leaves it to the context's close.
+            return ah.destroy();
+        }
         let (raw, pd) = t.ahs.get(&handle).ok_or(Error::NoSuchObject)?;
         let pd = *pd;
         // SAFETY: a live AH owned by this table; no post uses it any more

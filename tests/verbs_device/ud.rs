@@ -1,9 +1,10 @@
-// Included by tests/verbs_device.rs: unreliable datagrams. On rxe with
-// the verbs fallback (RDMA_DIRECT_DATA_PATH=fallback): a ping-pong
-// between two UD QPs through address handles, the 40-byte GRH area at the
-// head of every receive, src_qp, SEND_WITH_IMM, inline, and a datagram
-// with the wrong Q_Key that is never delivered. On siw (iWARP has no
-// datagrams) and on the direct paths UD is Unsupported (docs/status.md).
+// Included by tests/verbs_device.rs: unreliable datagrams. On rxe, on
+// both data paths (the verbs fallback, RDMA_DIRECT_DATA_PATH=fallback,
+// and the direct rings): a ping-pong between two UD QPs through address
+// handles, the 40-byte GRH area at the head of every receive, src_qp,
+// SEND_WITH_IMM, inline, OWN_QKEY, a datagram with the wrong Q_Key that
+// is never delivered, and the typed refusals. On siw (iWARP has no
+// datagrams) and on the mlx5 core path UD is Unsupported (docs/status.md).
 
 const GRH: usize = 40;
 
@@ -38,7 +39,8 @@ fn ud_ping_pong_through_address_handles() {
             },
         };
         let fallback = dev.backend().data_path() == DataPath::Fallback;
-        if !fallback || port.transport == Transport::Iwarp {
+        let mlx5_core = !fallback && dev.backend().caps().direct_mlx5;
+        if mlx5_core || port.transport == Transport::Iwarp {
             assert_eq!(
                 pd.create_ud_qp(&cq_a, &cq_a, &init).err(),
                 Some(Error::Unsupported),
@@ -52,15 +54,49 @@ fn ud_ping_pong_through_address_handles() {
             eprintln!("{name}: UD is Unsupported here (fallback {fallback}), as documented");
             continue;
         }
+        eprintln!(
+            "{name}: UD on the {:?} data path",
+            dev.backend().data_path()
+        );
         let mut a = pd.create_ud_qp(&cq_a, &cq_a, &init).unwrap();
         let mut b = pd.create_ud_qp(&cq_b, &cq_b, &init).unwrap();
         assert!(a.is_ud());
         let qkey = 0x1111_2222;
+        let ah = pd.create_ah(&ah_init).unwrap();
+        assert!(ah.is_global());
+        let four = [1u8; 4];
+        let piece: [&[u8]; 1] = [&four];
+        let one = SendWr::inline(9, SendOp::Send, &piece, SendFlags::SIGNALED);
+        // Before ready_ud: no sends.
+        assert_eq!(
+            a.post_send_ud(&one, &ah, b.qpn(), qkey),
+            Err(Error::InvalidQpState),
+            "{name}"
+        );
+        // A controlled Q_Key (bit 31) cannot be a QP's own.
+        assert_eq!(
+            a.ready_ud(rdma_direct::api::OWN_QKEY | 1),
+            Err(Error::InvalidAttribute),
+            "{name}"
+        );
         a.ready_ud(qkey).unwrap();
         b.ready_ud(qkey).unwrap();
         assert_eq!(a.ready_ud(qkey), Err(Error::InvalidQpState));
-        let ah = pd.create_ah(&ah_init).unwrap();
-        assert!(ah.is_global());
+        // A QP number wider than 24 bits.
+        assert_eq!(
+            a.post_send_ud(&one, &ah, 1 << 24, qkey),
+            Err(Error::InvalidQpn),
+            "{name}"
+        );
+        // An address handle of another PD.
+        let pd2 = dev.alloc_pd().unwrap();
+        let ah2 = pd2.create_ah(&ah_init).unwrap();
+        assert_eq!(
+            a.post_send_ud(&one, &ah2, b.qpn(), qkey),
+            Err(Error::InvalidAttribute),
+            "{name}"
+        );
+        drop(ah2);
 
         let mut land_a = pd.register(4096, Access::LOCAL_WRITE).unwrap();
         let mut land_b = pd.register(4096, Access::LOCAL_WRITE).unwrap();

@@ -170,9 +170,32 @@ pub struct RxeMwWr {
     pub access: u32,
 }
 
+/// The `ud` member of the `wr` union: a UD send (120 B, docs/spec/rxe.md
+/// §8). The kernel finds the address by `ah_num` (an address handle of
+/// the QP's PD, made with CREATE_AH); `av` is read only when `ah_num` is
+/// 0, which this crate never posts, so it stays zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxeUdWr {
+    /// Destination QP number (24 bits).
+    pub remote_qpn: u32,
+    /// Q_Key sent in the DETH, as it is (bit 31 is not interpreted).
+    pub remote_qkey: u32,
+    /// Unused by the kernel for user QPs.
+    pub pkey_index: u16,
+    /// Reserved.
+    pub reserved: u16,
+    /// The address handle's number (CREATE_AH's driver response).
+    pub ah_num: u32,
+    /// Padding.
+    pub pad: [u32; 4],
+    /// `struct rxe_av` (88 B), for old providers without `ah_num`.
+    pub av: [u8; 88],
+}
+
 /// The 120-byte `wr` union of `struct rxe_send_wr` (docs/spec/rxe.md §3). Only
-/// the members this crate writes are named; `raw` covers the rest (UD,
-/// flush).
+/// the members this crate writes are named; `raw` covers the rest
+/// (flush).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union RxeWrUnion {
@@ -182,6 +205,8 @@ pub union RxeWrUnion {
     pub atomic: RxeAtomicWr,
     /// BIND_MW.
     pub mw: RxeMwWr,
+    /// UD sends.
+    pub ud: RxeUdWr,
     /// The whole union.
     pub raw: [u64; 15],
 }
@@ -356,6 +381,11 @@ const_assert_eq!(offset_of!(RxeMwWr, mr_lkey), 16);
 const_assert_eq!(offset_of!(RxeMwWr, mw_rkey), 20);
 const_assert_eq!(offset_of!(RxeMwWr, rkey), 24);
 const_assert_eq!(offset_of!(RxeMwWr, access), 28);
+const_assert_eq!(size_of::<RxeUdWr>(), 120);
+const_assert_eq!(offset_of!(RxeUdWr, remote_qkey), 4);
+const_assert_eq!(offset_of!(RxeUdWr, pkey_index), 8);
+const_assert_eq!(offset_of!(RxeUdWr, ah_num), 12);
+const_assert_eq!(offset_of!(RxeUdWr, av), 32);
 assert_eq_size!(RxeWrUnion, [u8; 120]);
 const_assert_eq!(size_of::<RxeSendWr>(), 144);
 const_assert_eq!(align_of::<RxeSendWr>(), 8);

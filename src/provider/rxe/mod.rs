@@ -29,7 +29,7 @@ mod tests;
 
 pub use cq::RxeCq;
 pub use rq::RxeRecvQueue;
-pub use sq::{Posted, RxeSendQueue};
+pub use sq::{Posted, RxeSendQueue, RxeUdDest};
 
 use core::ptr::NonNull;
 

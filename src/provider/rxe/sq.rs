@@ -12,8 +12,8 @@
 use core::ptr;
 
 use super::layout::{
-    send_flags, wr_opcode, RxeAtomicWr, RxeMwWr, RxeRdmaWr, RxeSendWqe, SEND_PAYLOAD_OFFSET,
-    SGE_SIZE,
+    send_flags, wr_opcode, RxeAtomicWr, RxeMwWr, RxeRdmaWr, RxeSendWqe, RxeUdWr,
+    SEND_PAYLOAD_OFFSET, SGE_SIZE,
 };
 use super::{read_at, RxeQueue};
 use crate::completion::{QpState, Wc, WcOpcode};
@@ -30,6 +30,18 @@ pub struct Posted {
     /// and any earlier ones whose doorbell is still owed (see
     /// [`RxeSendQueue::take_doorbell`]).
     pub doorbell: bool,
+}
+
+/// Where a UD send goes (docs/spec/rxe.md §8): the address handle's
+/// number from CREATE_AH, the destination QP and the Q_Key as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxeUdDest {
+    /// `ah_num` of an address handle of the QP's PD (not 0).
+    pub ah_num: u32,
+    /// Destination QP number (24 bits).
+    pub remote_qpn: u32,
+    /// The Q_Key the DETH carries (the kernel sends it as it is).
+    pub qkey: u32,
 }
 
 /// Element size an rxe send queue needs for `caps` (docs/spec/rxe.md §3):
@@ -217,7 +229,41 @@ impl RxeSendQueue {
     /// requires until the WR completes (see [`RxeSendQueue::new`]).
     pub unsafe fn post(&mut self, wrs: &[SendWr<'_>]) -> core::result::Result<Posted, PostError> {
         // SAFETY: forwarded contract.
-        let (count, failed) = unsafe { self.write(wrs) };
+        let (count, failed) = unsafe { self.write(wrs, None) };
+        self.publish();
+        match failed {
+            None => Ok(Posted {
+                count,
+                doorbell: self.take_doorbell(),
+            }),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Posts `wrs` as [`RxeSendQueue::post`] does, each as a UD send to
+    /// `dest` (a UD QP's ring, docs/spec/rxe.md §8). Only SEND and
+    /// SEND_WITH_IMM exist on UD: any other opcode is refused with
+    /// [`Error::Unsupported`] (nothing of it written); an `ah_num` of 0 or
+    /// a QP number wider than 24 bits is [`Error::InvalidAttribute`] /
+    /// [`Error::InvalidQpn`].
+    ///
+    /// # Safety
+    /// As [`RxeSendQueue::post`].
+    pub unsafe fn post_ud(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        dest: &RxeUdDest,
+    ) -> core::result::Result<Posted, PostError> {
+        if dest.ah_num == 0 || dest.remote_qpn >> 24 != 0 {
+            let error = if dest.ah_num == 0 {
+                Error::InvalidAttribute
+            } else {
+                Error::InvalidQpn
+            };
+            return Err(PostError { index: 0, error });
+        }
+        // SAFETY: forwarded contract.
+        let (count, failed) = unsafe { self.write(wrs, Some(dest)) };
         self.publish();
         match failed {
             None => Ok(Posted {
@@ -241,7 +287,7 @@ impl RxeSendQueue {
         wrs: &[SendWr<'_>],
     ) -> core::result::Result<usize, PostError> {
         // SAFETY: forwarded contract.
-        match unsafe { self.write(wrs) } {
+        match unsafe { self.write(wrs, None) } {
             (n, None) => Ok(n),
             (_, Some(e)) => Err(e),
         }
@@ -263,20 +309,32 @@ impl RxeSendQueue {
         n
     }
 
-    /// Writes `wrs` from `written` on, stopping at the first refused WR;
-    /// returns how many were written and the refusal.
+    /// Writes `wrs` from `written` on (with `ud`, as UD sends there),
+    /// stopping at the first refused WR; returns how many were written and
+    /// the refusal.
     ///
     /// # Safety
     /// As [`RxeSendQueue::post`].
     #[inline(always)]
-    unsafe fn write(&mut self, wrs: &[SendWr<'_>]) -> (usize, Option<PostError>) {
+    unsafe fn write(
+        &mut self,
+        wrs: &[SendWr<'_>],
+        ud: Option<&RxeUdDest>,
+    ) -> (usize, Option<PostError>) {
         let mask = self.q.mask;
         let mut prod = self.written;
         let mut cons = self.kernel_consumer();
         let mut count = 0usize;
         let mut failed = None;
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(error) = self.check(wr) {
+            let checked = match ud {
+                Some(_) if !matches!(wr.op, SendOp::Send | SendOp::SendImm { .. }) => {
+                    // RDMA, atomics and the rest do not exist on UD.
+                    Err(Error::Unsupported)
+                }
+                _ => self.check(wr),
+            };
+            if let Err(error) = checked {
                 failed = Some(PostError { index, error });
                 break;
             }
@@ -299,7 +357,7 @@ impl RxeSendQueue {
             // kernel never reads it); the WR is valid for this queue's
             // element size (constructor and `check`); the SGE contract is
             // forwarded.
-            unsafe { self.write_wqe(self.q.slot_ptr(prod), wr) };
+            unsafe { self.write_wqe(self.q.slot_ptr(prod), wr, ud) };
             prod = next;
             count += 1;
         }
@@ -310,13 +368,14 @@ impl RxeSendQueue {
 
     /// Writes one validated WR at `slot` (docs/spec/rxe.md §3): the whole
     /// 208-byte header (clearing the kernel's scratch from the slot's last
-    /// use), then the SGEs or the inline payload at offset 208.
+    /// use), then the SGEs or the inline payload at offset 208. With `ud`
+    /// the union is the UD member (docs/spec/rxe.md §8).
     ///
     /// # Safety
     /// `slot` is an element of this queue that the kernel no longer uses;
     /// `wr` passed [`RxeSendQueue::check`].
     #[inline(always)]
-    unsafe fn write_wqe(&self, slot: *mut u8, wr: &SendWr<'_>) {
+    unsafe fn write_wqe(&self, slot: *mut u8, wr: &SendWr<'_>, ud: Option<&RxeUdDest>) {
         let mut w = RxeSendWqe::ZERO;
         w.wr.wr_id = wr.wr_id;
         let (opcode, ex) = match wr.op {
@@ -380,6 +439,17 @@ impl RxeSendQueue {
                 };
             }
             _ => {}
+        }
+        if let Some(d) = ud {
+            w.wr.wr.ud = RxeUdWr {
+                remote_qpn: d.remote_qpn,
+                remote_qkey: d.qkey,
+                pkey_index: 0,
+                reserved: 0,
+                ah_num: d.ah_num,
+                pad: [0; 4],
+                av: [0; 88],
+            };
         }
         // The kernel takes the remote address of RDMA and atomics from
         // `iova` (docs/spec/rxe.md §3).

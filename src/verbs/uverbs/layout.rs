@@ -85,3 +85,6 @@ pub(super) const DOORBELL_WQE_SIZE: u32 = 128;
 
 /// `IB_UVERBS_QPT_RC`.
 pub(super) const QPT_RC: u8 = k::ib_uverbs_qp_type::IB_UVERBS_QPT_RC as u8;
+
+/// `IB_UVERBS_QPT_UD`.
+pub(super) const QPT_UD: u8 = k::ib_uverbs_qp_type::IB_UVERBS_QPT_UD as u8;

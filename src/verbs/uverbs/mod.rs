@@ -17,11 +17,13 @@
 //! * [`UverbsSrq`]: CREATE_SRQ, the SRQ ring mapping (rxe: `mminfo`;
 //!   siw: `num_rqe * 112` bytes at `srq_key`), MODIFY_SRQ (the limit),
 //!   QUERY_SRQ, DESTROY_SRQ;
-//! * [`UverbsQp`]: CREATE_QP (RC, on its own receive ring or an SRQ), both ring mappings, MODIFY_QP
+//! * [`UverbsQp`]: CREATE_QP (RC, or UD on rxe; on its own receive ring or an SRQ), both ring mappings, MODIFY_QP
 //!   from the crate's [`QpModify`] (the same attributes and mask as the
 //!   verbs fallback's `ibv_modify_qp`) or from a raw `ibv_qp_attr` and mask
 //!   (rdma_cm's `rdma_init_qp_attr`), the doorbell (an empty POST_SEND,
 //!   built once per QP), DESTROY_QP on drop;
+//! * [`UverbsAh`]: CREATE_AH (rxe: the kernel's `ah_num` for UD send
+//!   WQEs), DESTROY_AH on drop;
 //! * [`CompChannel`]: a completion channel of our own (CREATE_COMP_CHANNEL),
 //!   read directly;
 //! * [`AsyncEvents`]: the context's async event fd, read directly.
@@ -54,6 +56,7 @@
 //!
 //! [`QpModify`]: crate::attr::QpModify
 
+mod ah;
 mod channel;
 mod command;
 mod cq;
@@ -64,6 +67,7 @@ mod mapping;
 mod qp;
 mod srq;
 
+pub use ah::UverbsAh;
 pub use channel::CompChannel;
 pub use cq::UverbsCq;
 pub use events::{AsyncEvent, AsyncEvents};

@@ -8,7 +8,7 @@ use std::boxed::Box;
 use rdma_sys as ibv;
 
 use super::command::{cmd_error, cmd_fd, exec, resp_addr, write_raw, Cmd};
-use super::layout::{DOORBELL_WQE_SIZE, QPT_RC};
+use super::layout::{DOORBELL_WQE_SIZE, QPT_RC, QPT_UD};
 use super::mapping::Ring;
 use super::{Kind, RingView, UverbsCq, UverbsSrq};
 use crate::attr::{QpInit, QpModify};
@@ -118,6 +118,7 @@ impl UverbsQp {
                 pd_handle,
                 [send_cq, recv_cq],
                 None,
+                false,
                 caps,
                 sq_sig_all,
                 user_handle,
@@ -160,6 +161,7 @@ impl UverbsQp {
                 pd_handle,
                 [send_cq, recv_cq],
                 Some(srq),
+                false,
                 &caps,
                 sq_sig_all,
                 user_handle,
@@ -167,7 +169,51 @@ impl UverbsQp {
         }
     }
 
-    /// CREATE_QP, optionally on an SRQ, and the ring mappings.
+    /// A UD QP (rxe only: siw is [`Error::Unsupported`]) as
+    /// [`UverbsQp::create`] or, with `srq`, [`UverbsQp::create_on_srq`]
+    /// make an RC one (docs/spec/rxe.md §8).
+    ///
+    /// # Safety
+    /// As [`UverbsQp::create_on_srq`] (for `srq`) or [`UverbsQp::create`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn create_ud(
+        ctx: *mut ibv::ibv_context,
+        kind: Kind,
+        pd_handle: u32,
+        send_cq: &UverbsCq,
+        recv_cq: &UverbsCq,
+        srq: Option<&UverbsSrq>,
+        caps: &QpInit,
+        user_handle: u64,
+    ) -> Result<UverbsQp> {
+        if kind != Kind::Rxe {
+            return Err(Error::Unsupported);
+        }
+        let caps = match srq {
+            Some(_) => QpInit {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..*caps
+            },
+            None => *caps,
+        };
+        // SAFETY: forwarded contract.
+        unsafe {
+            Self::create_inner(
+                ctx,
+                kind,
+                pd_handle,
+                [send_cq, recv_cq],
+                srq,
+                true,
+                &caps,
+                false,
+                user_handle,
+            )
+        }
+    }
+
+    /// CREATE_QP (RC, or `ud`), optionally on an SRQ, and the ring mappings.
     ///
     /// # Safety
     /// As [`UverbsQp::create`].
@@ -178,6 +224,7 @@ impl UverbsQp {
         pd_handle: u32,
         [send_cq, recv_cq]: [&UverbsCq; 2],
         srq: Option<&UverbsSrq>,
+        ud: bool,
         caps: &QpInit,
         sq_sig_all: bool,
         user_handle: u64,
@@ -207,7 +254,7 @@ impl UverbsQp {
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
             sq_sig_all: u8::from(sq_sig_all),
-            qp_type: QPT_RC,
+            qp_type: if ud { QPT_UD } else { QPT_RC },
             is_srq: u8::from(srq.is_some()),
             ..Default::default()
         };
