@@ -3,7 +3,8 @@
  * device. SRQs on both data paths (the verbs fallback,
  * RDMA_DIRECT_DATA_PATH=fallback, libibverbs' rxe and siw providers; and the
  * direct rxe/siw rings, the default, where the SRQ is our own CREATE_SRQ
- * ring), UD on rxe's fallback:
+ * ring), UD on rxe on both data paths (the direct ring's UD QPs and
+ * address handles are our own CREATE_QP/CREATE_AH):
  *   - rxe: one SRQ feeding three RC QPs connected in loopback to three
  *     client QPs; every receive polled exactly once (rdd_cq_poll and
  *     rdd_cq_poll_n in turn) with the right bytes, wr_id and qp_num; the
@@ -19,7 +20,7 @@
  *     QPs cannot connect from C: iWARP needs rdma_cm), rdd_srq_query
  *     UNSUPPORTED on the fallback (libsiw has none; the direct ring's
  *     QUERY_SRQ answers), UD UNSUPPORTED (iWARP has no datagrams).
- * On the direct rxe/siw rings rdd_ah_create and rdd_qp_create_ud are
+ * On siw, on both data paths, rdd_ah_create and rdd_qp_create_ud are
  * RDD_STATUS_UNSUPPORTED, as in the Rust API. rdd_device_ud_drops is
  * UNSUPPORTED on every kernel device.
  */
@@ -59,7 +60,7 @@ static rdd_qp_init su_init(uint32_t recv_wr)
     return init;
 }
 
-/* The direct rings: no AH, no UD QP, nothing written. */
+/* siw's direct ring: no AH, no UD QP, nothing written. */
 static void su_direct_refusals(rdd_device *dev, rdd_pd *pd)
 {
     rdd_ah_attr aa;
@@ -366,8 +367,8 @@ static void test_srq(rdd_device *dev, rdd_pd *pd, int rxe)
     CHECK_EQ(rdd_mr_free(land_mr), RDD_STATUS_OK);
 }
 
-/* UD on rxe's fallback path. */
-static void test_ud_fallback(rdd_device *dev, rdd_pd *pd)
+/* UD on rxe, on either data path. */
+static void test_ud_rxe(rdd_device *dev, rdd_pd *pd)
 {
     const char *gi = getenv("RXE_GID_INDEX");
     rdd_cq *cq_a, *cq_b;
@@ -537,18 +538,16 @@ static void test_srq_ud(const char *name, int rxe)
     MUST(rdd_device_open_verbs(name, &dev));
     MUST(rdd_pd_alloc(dev, &pd));
     test_srq(dev, pd, rxe);
-    if (!su_fallback()) {
+    if (rxe) {
+        test_ud_rxe(dev, pd);
+    } else if (!su_fallback()) {
         su_direct_refusals(dev, pd);
-        printf("test_verbs: %s: direct rings: SRQ checked, UD UNSUPPORTED (as documented)\n",
-               name);
     } else {
-        if (rxe) {
-            test_ud_fallback(dev, pd);
-        } else {
-            test_ud_siw_refused(dev, pd);
-        }
-        printf("test_verbs: %s: fallback: SRQ%s checked\n", name, rxe ? " and UD" : "");
+        test_ud_siw_refused(dev, pd);
     }
+    printf("test_verbs: %s: %s: SRQ checked, UD %s\n", name,
+           su_fallback() ? "fallback" : "direct rings",
+           rxe ? "checked" : "UNSUPPORTED (as documented)");
     CHECK_EQ(rdd_pd_free(pd), RDD_STATUS_OK);
     CHECK_EQ(rdd_device_close(dev), RDD_STATUS_OK);
 }
