@@ -4140,10 +4140,10 @@ rdd_status rdd_srq_query(const struct rdd_srq *srq,
  * a port other than the device's, or what the device refuses: on the
  * software device a source GID index other than 0; on a kernel device
  * what `ibv_create_ah` refuses, `PROVIDER_ERROR`); `UNSUPPORTED` (a
- * device or data path without UD: siw (iWARP has no datagrams), and
- * every kernel device on its default data path (the direct rxe/siw rings,
- * ConnectX's mlx5 path); rxe opened with `RDMA_DIRECT_DATA_PATH=fallback`
- * has UD, through libibverbs' provider).
+ * device or data path without UD: siw (iWARP has no datagrams) and
+ * ConnectX's mlx5 path; rxe has UD on both data paths, its direct ring
+ * (our own CREATE_AH) and `RDMA_DIRECT_DATA_PATH=fallback` (libibverbs'
+ * provider)).
  *
  * # Safety
  * `attr` is valid for reads of one `rdd_ah_attr`; `out` for a write of
@@ -4158,9 +4158,10 @@ rdd_status rdd_ah_create(struct rdd_pd *pd,
  * not affected (each WQE holds its own copy of the address), so this is
  * allowed with sends outstanding; later sends naming the handle are
  * `INVALID_HANDLE`. `RESOURCE_BUSY` while another thread sends through
- * it. On the verbs fallback it is `ibv_destroy_ah`: rxe's provider may
- * name the kernel's handle in a posted send rather than copy the
- * address, so destroy it after the sends through it have completed (one
+ * it. On rxe it is the kernel's DESTROY_AH (`ibv_destroy_ah` on the
+ * verbs fallback): a posted send names the kernel's handle rather than
+ * copying the address (our direct ring always, rxe's provider on current
+ * kernels), so destroy it after the sends through it have completed (one
  * still in flight may then complete in error).
  */
 rdd_status rdd_ah_destroy(struct rdd_ah *ah);
@@ -4169,8 +4170,8 @@ rdd_status rdd_ah_destroy(struct rdd_ah *ah);
  * Creates an unreliable-datagram queue pair (in RESET) on `pd`, as
  * `rdd_qp_create` creates an RC one: same arguments, same sizing guard,
  * same statuses, plus `UNSUPPORTED` on a device or data path without UD
- * (as `rdd_ah_create`: of the kernel devices, only rxe on the verbs
- * fallback has it). Make it
+ * (as `rdd_ah_create`: of the kernel devices, only rxe has it, on both
+ * data paths). Make it
  * ready with `rdd_qp_ready_ud` (it connects to nothing: `rdd_qp_connect`
  * on it is `INVALID_ATTRIBUTE`, `rdd_qp_recover` `UNSUPPORTED`).
  *
@@ -4240,8 +4241,8 @@ rdd_status rdd_device_ud_drops(struct rdd_device *dev,
  * `remote_qkey` (`RDD_OWN_QKEY`: this QP's own). Flags and deferral as
  * `rdd_qp_send` (`RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
  * `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`; `rdd_qp_ring` rings
- * deferred datagrams too; on the verbs fallback, rxe's only UD path, the
- * bit is a hint: each datagram is one `ibv_post_send`, rung at once). The QP and `ah` are used (the QP exclusively,
+ * deferred datagrams too; on rxe, on either data path, the
+ * bit is a hint: each datagram is posted and rung at once). The QP and `ah` are used (the QP exclusively,
  * `ah` shared) for the call only: `ah` may be destroyed right after.
  *
  * Statuses (a refused call writes nothing and rings nothing): `OK`;

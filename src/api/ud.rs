@@ -59,9 +59,11 @@ impl AhInit {
 /// (docs/spec/mlx5.md §3 "Datagram segment"). It can be used with any UD
 /// QP of its protection domain.
 ///
-/// On a backend whose UD QPs are provider-posted (the verbs fallback) the
-/// handle is the provider's (`ibv_create_ah`), destroyed when this is
-/// dropped, and [`Ah::av`] is all zeros.
+/// On a backend whose UD QPs are driver-posted (the verbs fallback, rxe's
+/// direct rings) the handle is the kernel's (`ibv_create_ah`, or our own
+/// CREATE_AH on the rings, docs/spec/rxe.md §8), destroyed when this is
+/// dropped (destroy it after the sends through it have completed: the
+/// posted WQEs name it), and [`Ah::av`] is all zeros.
 pub struct Ah<B: Backend> {
     pd: Arc<PdInner<B>>,
     av: Mlx5Av,
@@ -95,8 +97,8 @@ impl<B: Backend> Pd<B> {
     /// device's, or what the device refuses (the software device: a source
     /// GID index other than 0, its one GID); [`Error::Unsupported`] on a
     /// backend without UD (on the verbs backend UD is on the fallback data
-    /// path of RoCE/InfiniBand devices only: never on iWARP (siw), nor on
-    /// the direct paths).
+    /// path of RoCE/InfiniBand devices and on rxe's direct rings: never on
+    /// iWARP (siw), nor on the mlx5 core path).
     pub fn create_ah(&self, init: &AhInit) -> Result<Ah<B>> {
         let b = &self.inner.b;
         let d = &init.dest;

@@ -13,8 +13,11 @@
 //! not siw: iWARP has no datagrams) the handle is the provider's
 //! (`Backend::create_driver_ah`, `ibv_create_ah`), destroyed with the
 //! object, and UD QPs are provider-posted (`QpDriver::post_send_ud`), as
-//! in the Rust API (`api::Ah`). The direct rxe/siw rings and the mlx5
-//! direct path have no UD: `UNSUPPORTED` (docs/status.md).
+//! in the Rust API (`api::Ah`). On rxe's direct ring (the default data
+//! path) the same hooks make the handle our own CREATE_AH and post the
+//! datagrams into our own ring (docs/spec/rxe.md §8). siw (on either
+//! path) and the mlx5 direct path have no UD: `UNSUPPORTED`
+//! (docs/status.md).
 
 use core::mem::size_of;
 
@@ -167,10 +170,10 @@ pub(super) fn ah_init_from(a: &rdd_ah_attr) -> Result<AhInit, rdd_status> {
 /// a port other than the device's, or what the device refuses: on the
 /// software device a source GID index other than 0; on a kernel device
 /// what `ibv_create_ah` refuses, `PROVIDER_ERROR`); `UNSUPPORTED` (a
-/// device or data path without UD: siw (iWARP has no datagrams), and
-/// every kernel device on its default data path (the direct rxe/siw rings,
-/// ConnectX's mlx5 path); rxe opened with `RDMA_DIRECT_DATA_PATH=fallback`
-/// has UD, through libibverbs' provider).
+/// device or data path without UD: siw (iWARP has no datagrams) and
+/// ConnectX's mlx5 path; rxe has UD on both data paths, its direct ring
+/// (our own CREATE_AH) and `RDMA_DIRECT_DATA_PATH=fallback` (libibverbs'
+/// provider)).
 ///
 /// # Safety
 /// `attr` is valid for reads of one `rdd_ah_attr`; `out` for a write of
@@ -226,9 +229,10 @@ pub unsafe extern "C" fn rdd_ah_create(
 /// not affected (each WQE holds its own copy of the address), so this is
 /// allowed with sends outstanding; later sends naming the handle are
 /// `INVALID_HANDLE`. `RESOURCE_BUSY` while another thread sends through
-/// it. On the verbs fallback it is `ibv_destroy_ah`: rxe's provider may
-/// name the kernel's handle in a posted send rather than copy the
-/// address, so destroy it after the sends through it have completed (one
+/// it. On rxe it is the kernel's DESTROY_AH (`ibv_destroy_ah` on the
+/// verbs fallback): a posted send names the kernel's handle rather than
+/// copying the address (our direct ring always, rxe's provider on current
+/// kernels), so destroy it after the sends through it have completed (one
 /// still in flight may then complete in error).
 #[no_mangle]
 pub extern "C" fn rdd_ah_destroy(ah: *mut rdd_ah) -> rdd_status {
@@ -246,8 +250,8 @@ pub extern "C" fn rdd_ah_destroy(ah: *mut rdd_ah) -> rdd_status {
 /// Creates an unreliable-datagram queue pair (in RESET) on `pd`, as
 /// `rdd_qp_create` creates an RC one: same arguments, same sizing guard,
 /// same statuses, plus `UNSUPPORTED` on a device or data path without UD
-/// (as `rdd_ah_create`: of the kernel devices, only rxe on the verbs
-/// fallback has it). Make it
+/// (as `rdd_ah_create`: of the kernel devices, only rxe has it, on both
+/// data paths). Make it
 /// ready with `rdd_qp_ready_ud` (it connects to nothing: `rdd_qp_connect`
 /// on it is `INVALID_ATTRIBUTE`, `rdd_qp_recover` `UNSUPPORTED`).
 ///

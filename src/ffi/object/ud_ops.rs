@@ -157,7 +157,7 @@ unsafe fn post_checked(
     s
 }
 
-/// One UD send on a provider-posted QP (the verbs fallback,
+/// One UD send on a driver QP (the verbs fallback or rxe's direct ring,
 /// `QpDriver::post_send_ud`), which posts and rings at once whatever
 /// `RDD_SEND_DEFER_DOORBELL` says (one doorbell each), with the headroom
 /// check of an unguarded send CQ (room for the WR's own completion, as
@@ -231,8 +231,8 @@ unsafe fn send_ud_op(
 /// `remote_qkey` (`RDD_OWN_QKEY`: this QP's own). Flags and deferral as
 /// `rdd_qp_send` (`RDD_SEND_SIGNALED`, `RDD_SEND_FENCE`,
 /// `RDD_SEND_SOLICITED`, `RDD_SEND_DEFER_DOORBELL`; `rdd_qp_ring` rings
-/// deferred datagrams too; on the verbs fallback, rxe's only UD path, the
-/// bit is a hint: each datagram is one `ibv_post_send`, rung at once). The QP and `ah` are used (the QP exclusively,
+/// deferred datagrams too; on rxe, on either data path, the
+/// bit is a hint: each datagram is posted and rung at once). The QP and `ah` are used (the QP exclusively,
 /// `ah` shared) for the call only: `ah` may be destroyed right after.
 ///
 /// Statuses (a refused call writes nothing and rings nothing): `OK`;
