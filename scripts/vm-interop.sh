@@ -22,9 +22,9 @@
 #                       itself), GID index $RXE_GID_INDEX, -c / --chk
 #   ud_pingpong-*       pingpong --ud in two-process mode against
 #                       ibv_ud_pingpong on rxe0 (both roles, and against
-#                       itself), on the verbs fallback (the direct rings have
-#                       no UD); pingpong --ud in-process on rxe0, refused
-#                       (exit 2) on siw0 and on rxe0's direct rings
+#                       itself), on the verbs fallback and on the direct
+#                       rings; pingpong --ud in-process on rxe0 on both data
+#                       paths, refused (exit 2) on siw0
 #   srq_pingpong-*      srq_server in two-process mode against
 #                       ibv_srq_pingpong on rxe0 (16 RC QPs on one SRQ per
 #                       side; both roles, and against itself), on the
@@ -158,21 +158,21 @@ check_pair "rc_pingpong-ours-both-$RXE-mtu4096-small" 18515 \
   "$BIN/pingpong --device $RXE --gid-idx $G --connect 127.0.0.1 --mtu 4096 --size 64 --rx-depth 8 --iters 500"
 
 # ibv_ud_pingpong compatibility (rxe0 only: iWARP has no UD), on the verbs
-# fallback. rxe's active MTU on the test netdev is 1024: 512-byte datagrams.
-FB="env RDMA_DIRECT_DATA_PATH=fallback"
-UP="$FB $BIN/pingpong --ud --device $RXE --gid-idx $G --iters $N --size 512"
+# fallback and on the direct rings (vm-suite.sh runs this script once per
+# data path with RDMA_DIRECT_DATA_PATH set; both are named here, as for
+# srq_pingpong). rxe's active MTU on the test netdev is 1024: 512-byte
+# datagrams.
 UD="ibv_ud_pingpong -d $RXE -g $G -n $N -s 512"
-check_pair "ud_pingpong-ours-server-$RXE" 18515 "$UP --server" "$UD 127.0.0.1"
-check_pair "ud_pingpong-ours-client-$RXE" 18515 "$UD" "$UP --connect 127.0.0.1"
-check_pair "ud_pingpong-ours-both-$RXE" 18515 "$UP --server" "$UP --connect 127.0.0.1"
-check "inproc-pingpong-ud-$RXE" "$FB $BIN/pingpong --ud --device $RXE --iters 200 --warmup 20 --size 512"
-check_refused "inproc-pingpong-ud-$SIW-refused" 2 "iWARP has no unreliable datagrams" \
-  "$FB $BIN/pingpong --ud --device $SIW"
-# The direct rings are named: vm-suite.sh runs this script once per data
-# path, with RDMA_DIRECT_DATA_PATH set.
-DR="env RDMA_DIRECT_DATA_PATH=direct"
-check_refused "inproc-pingpong-ud-$RXE-direct-refused" 2 "no unreliable datagrams" \
-  "$DR $BIN/pingpong --ud --device $RXE --size 512"
+for p in fallback direct; do
+  UP="env RDMA_DIRECT_DATA_PATH=$p $BIN/pingpong --ud --device $RXE --gid-idx $G --iters $N --size 512"
+  check_pair "ud_pingpong-ours-server-$RXE-$p" 18515 "$UP --server" "$UD 127.0.0.1"
+  check_pair "ud_pingpong-ours-client-$RXE-$p" 18515 "$UD" "$UP --connect 127.0.0.1"
+  check_pair "ud_pingpong-ours-both-$RXE-$p" 18515 "$UP --server" "$UP --connect 127.0.0.1"
+  check "inproc-pingpong-ud-$RXE-$p" \
+    "env RDMA_DIRECT_DATA_PATH=$p $BIN/pingpong --ud --device $RXE --iters 200 --warmup 20 --size 512"
+  check_refused "inproc-pingpong-ud-$SIW-$p-refused" 2 "iWARP has no unreliable datagrams" \
+    "env RDMA_DIRECT_DATA_PATH=$p $BIN/pingpong --ud --device $SIW"
+done
 
 # ibv_srq_pingpong compatibility (rxe0: out-of-band connection), on the
 # fallback and on the direct rings; in-process on both devices, both paths.

@@ -134,8 +134,8 @@ impl From<String> for Failed {
 fn no_ud<B: ExampleBackend>(x: rdma_direct::Error) -> Failed {
     match x {
         rdma_direct::Error::Unsupported => Failed::NotRun(
-            "this device's data path has no unreliable datagrams (on rxe the direct rings \
-             have none: run with RDMA_DIRECT_DATA_PATH=fallback)"
+            "this device's data path has no unreliable datagrams (rxe has them on both data \
+             paths; iWARP and the mlx5 direct path have none)"
                 .into(),
         ),
         x => Failed::Run(err::<B>("create_ud_qp")(x)),
