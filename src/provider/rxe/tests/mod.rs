@@ -25,6 +25,7 @@ mod failed_wr;
 mod geometry;
 mod recv;
 mod send;
+mod ud;
 
 /// Memory standing in for one rxe queue mapping.
 struct Fake {
