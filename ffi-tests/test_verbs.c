@@ -12,7 +12,7 @@
  * UNSUPPORTED (iWARP connects through rdma_cm, not offered in C yet). The
  * SRQ and UD calls (verbs_srq_ud.h): on both data paths an SRQ feeding
  * three RC QPs on rxe, its limit event and refusals on rxe and siw; a UD
- * ping on rxe's fallback, UD UNSUPPORTED on the direct rings. On
+ * ping on rxe, on both data paths, UD UNSUPPORTED on siw. On
  * both, rdd_qp_mlx5_desc and rdd_cq_mlx5_desc say UNSUPPORTED (no mlx5
  * queues to hand to the raw-queue level). Then the refusal tables of
  * refusals.h (shared with test_refusals.c on the software device): every

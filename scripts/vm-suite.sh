@@ -17,8 +17,8 @@
 #              memory checked, bad rkey, flush on ERROR, typed WR errors,
 #              rdma_cm on both transports, waits with events and timeouts,
 #              async events, SRQs (rxe and siw, both data paths) and UD
-#              (fallback: rxe; refused with Unsupported on the direct
-#              rings); tests/uverbs_raw.rs: raw uverbs CQs and QPs;
+#              (rxe, both data paths; refused with Unsupported on siw);
+#              tests/uverbs_raw.rs: raw uverbs CQs and QPs;
 #              tests/direct_paths.rs: our own rxe/siw rings (wrap-around,
 #              talking to libibverbs' provider, a destroyed peer, a random
 #              workload, doorbells per batch); tests/credit_verbs.rs:
@@ -27,8 +27,8 @@
 #              message in order with CreditQp) and its typed Unsupported on
 #              siw; ffi-tests/test_verbs.c: the C object API on rxe and siw,
 #              plain and under ASan+UBSan (with verbs_srq_ud.h: the C SRQ
-#              calls on the fallback on rxe and siw, UD on rxe, and their
-#              UNSUPPORTED on the direct rings)
+#              calls on rxe and siw and the UD calls on rxe, both data
+#              paths, and UD's UNSUPPORTED on siw)
 #   interop    the examples against ibv_rc_pingpong and rping, and on each
 #              device in-process; disconnects, rejections and refusals
 #              reported at once, and exit statuses (scripts/vm-interop.sh)

@@ -14,8 +14,9 @@
 //!   [`crate::api::Qp`] calls, with the crate's WR validation and its
 //!   wr_id bookkeeping (so queue space is exact and unsignaled WRs stay
 //!   invisible, as on the direct path); shared receive queues and
-//!   unreliable datagrams (`srq`, `ud`) exist on this path only (the
-//!   direct paths refuse them with [`Error::Unsupported`]);
+//!   unreliable datagrams (`srq`, `ud`) exist here, and on the rxe/siw
+//!   direct rings (SRQs; UD on rxe only); the mlx5 direct path refuses
+//!   them with [`Error::Unsupported`];
 //! * on mlx5 (ConnectX) the raw queues come from `mlx5dv_init_obj` and go
 //!   to the crate's direct mlx5 core ([`mlx5`]). That needs hardware this
 //!   project's CI does not have; see `docs/verbs.md`.
