@@ -82,8 +82,9 @@ impl<B: Backend> Qp<B> {
     ///
     /// Needs the mlx5 data path ([`Error::Unsupported`] otherwise, and for
     /// a UD QP, which has no shared UD post yet). A QP on an SRQ can be
-    /// shared too: its poller then polls through [`Srq::route_shared`]
-    /// (super::Srq::route_shared), which completes the SRQ's receives.
+    /// shared too: its poller then polls through
+    /// [`Srq::route_shared`](super::Srq::route_shared), which completes the
+    /// SRQ's receives.
     pub fn into_shared(self) -> Result<(Arc<SharedQp<B>>, SharedQpPoller<B>)> {
         if self.is_ud() {
             return Err(Error::Unsupported);
