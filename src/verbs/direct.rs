@@ -387,16 +387,7 @@ impl QpDriver for DirectQp {
         remote_qpn: u32,
         qkey: u32,
     ) -> Result<()> {
-        if !self.ud {
-            return Err(Error::InvalidAttribute);
-        }
-        if !matches!(wr.op, SendOp::Send | SendOp::SendImm { .. }) {
-            // RDMA and atomics do not exist on UD.
-            return Err(Error::Unsupported);
-        }
-        if remote_qpn >> 24 != 0 {
-            return Err(Error::InvalidQpn);
-        }
+        super::ud::check_ud_send(self.ud, wr, remote_qpn)?;
         if self.track.state() != QpState::Rts as u32 {
             return Err(Error::InvalidQpState);
         }

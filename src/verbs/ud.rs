@@ -17,6 +17,26 @@ use crate::attr::AddressVector;
 use crate::completion::QpState;
 use crate::error::{Error, Result};
 use crate::sync::Ordering;
+use crate::wr::{SendOp, SendWr};
+
+/// The checks every data path makes on a UD send before it looks at its
+/// queue (`QpDriver::post_send_ud` on the fallback and on the direct rxe
+/// ring): the QP is a UD QP ([`Error::InvalidAttribute`]), the opcode is
+/// SEND or SEND_WITH_IMM (RDMA and atomics do not exist on UD:
+/// [`Error::Unsupported`]) and the destination QPN fits 24 bits
+/// ([`Error::InvalidQpn`]).
+pub(in crate::verbs) fn check_ud_send(ud: bool, wr: &SendWr<'_>, remote_qpn: u32) -> Result<()> {
+    if !ud {
+        return Err(Error::InvalidAttribute);
+    }
+    if !matches!(wr.op, SendOp::Send | SendOp::SendImm { .. }) {
+        return Err(Error::Unsupported);
+    }
+    if remote_qpn >> 24 != 0 {
+        return Err(Error::InvalidQpn);
+    }
+    Ok(())
+}
 
 impl VerbsDevice {
     /// Whether UD QPs and address handles can be made here.
