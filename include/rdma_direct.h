@@ -3798,16 +3798,6 @@ rdd_status rdd_qp_create_on_srq(struct rdd_pd *pd,
                                 struct rdd_qp **out);
 
 /**
- * Destroys a queue pair. Work in flight is abandoned (its completions,
- * if any arrive, are discarded; for a QP on an SRQ, receives it took from
- * the SRQ are still reported while another QP of that SRQ receives on
- * the same CQ, their buffers being the SRQ's). The QP's CQs are used by
- * the call (`RESOURCE_BUSY` while another thread polls them). Once this returns
- * the device no longer touches the buffers of the abandoned work.
- */
-rdd_status rdd_qp_destroy(struct rdd_qp *qp);
-
-/**
  * The connection data to give the peer (for its `rdd_qp_connect`).
  *
  * # Safety
@@ -3883,6 +3873,16 @@ rdd_status rdd_qp_set_rate_limit(struct rdd_qp *qp,
 rdd_status rdd_qp_connect(struct rdd_qp *qp,
                           const struct rdd_qp_info *remote,
                           const struct rdd_connect_attr *attr);
+
+/**
+ * Destroys a queue pair. Work in flight is abandoned (its completions,
+ * if any arrive, are discarded; for a QP on an SRQ, receives it took from
+ * the SRQ are still reported while another QP of that SRQ receives on
+ * the same CQ, their buffers being the SRQ's). The QP's CQs are used by
+ * the call (`RESOURCE_BUSY` while another thread polls them). Once this returns
+ * the device no longer touches the buffers of the abandoned work.
+ */
+rdd_status rdd_qp_destroy(struct rdd_qp *qp);
 
 /**
  * Fills `*out` with the QP's state, what it was connected with, its

@@ -55,6 +55,7 @@ mod events;
 
 mod mlx5_desc;
 mod qp;
+mod qp_destroy;
 mod qp_query;
 mod recover;
 
@@ -90,6 +91,7 @@ pub use pd_mr::*;
 pub use poll_n::*;
 pub use post::*;
 pub use qp::*;
+pub use qp_destroy::*;
 pub use qp_query::*;
 pub use recover::*;
 pub use srq::*;
