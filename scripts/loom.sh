@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Loom model checks of the ring algorithms (docs/architecture.md §6).
 #
-# Runs every test in a module named `loom_tests` (today: src/ring/mp/ and
-# src/ring/submit/), compiled with `--cfg loom` so `crate::sync` hands out
-# loom's atomics and cells, in the `loom` profile (test + opt-level 3).
+# Runs every test in a module named `loom_tests` (today: src/ring/mp/,
+# src/ring/submit/ and src/soft/fabric/ring/), compiled with `--cfg loom`
+# so `crate::sync` hands out loom's atomics and cells, in the `loom`
+# profile (test + opt-level 3).
 #
 # Preemption bound: LOOM_MAX_PREEMPTIONS defaults to 2, as tokio's and
 # thingbuf's CI do. A bound of 2 still finds the broken-ordering execution
@@ -16,6 +17,7 @@
 #     mpsc_three_producers 2.5 s, mpsc_two_producers 0.3 s, the rest < 0.1 s
 #     (with LOOM_MAX_PREEMPTIONS=3: service 33 s, mpsc_three 14 s)
 #   ring::mp::loom_tests      5 models, 24 s together
+#   soft::fabric::ring::loom_tests  3 models, 0.1 s together
 #   whole script: 95 s from a cold target dir (~65 s of it building loom
 #     and the crate), 45 s with a warm one.
 #

@@ -19,6 +19,7 @@ mod config;
 mod cqe;
 mod device;
 mod exec;
+pub(crate) mod fabric;
 mod mem;
 pub mod mr;
 mod pass;
