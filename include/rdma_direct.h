@@ -3382,6 +3382,21 @@ rdd_status rdd_device_open_soft(const struct rdd_soft_config *cfg,
                                 struct rdd_device **out);
 
 /**
+ * Opens a new software device that joins the cross-process fabric
+ * (docs/spec/fabric.md): its port GID names this process and this
+ * device, and its RC QPs connect (`rdd_qp_connect` with the peer's
+ * `rdd_qp_info`) to QPs of fabric devices in other processes on this
+ * host as well as to its own. Start its device thread with
+ * `rdd_device_start`: a peer's requests are served by this device's
+ * passes. Otherwise as `rdd_device_open_soft`.
+ *
+ * # Safety
+ * As `rdd_device_open_soft`.
+ */
+rdd_status rdd_device_open_fabric(const struct rdd_soft_config *cfg,
+                                  struct rdd_device **out);
+
+/**
  * Opens the kernel RDMA device `name` (e.g. "rxe0", "siw0", "mlx5_0";
  * NULL: the first one) on port 1, with the fastest data path it has:
  * the mlx5 core on ConnectX, rdma-direct's own rings on rxe and siw,

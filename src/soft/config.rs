@@ -19,11 +19,34 @@ pub struct SoftConfig {
     pub mtu: u32,
     /// The port's GID (GID table entry 0, the only one): what the port
     /// reports and the source GID of the GRHs the device writes
-    /// (docs/spec/soft.md §3). Default all zero.
+    /// (docs/spec/soft.md §3). Default all zero. A fabric GID (made by
+    /// [`SoftConfig::fabric`]) joins the device to the cross-process
+    /// fabric: its RC QPs can then connect to QPs of devices in other
+    /// processes on this host (docs/spec/fabric.md).
     pub gid: [u8; 16],
+    /// Data bytes of each of the two rings a remote QP's link holds (a
+    /// power of two, at least 128 KiB; default 256 KiB). Used only on the
+    /// fabric.
+    pub fabric_ring: usize,
 }
 
 impl SoftConfig {
+    /// A configuration that joins the cross-process fabric: the defaults
+    /// with a new fabric GID naming this process and this device
+    /// (docs/spec/fabric.md §1). Give each device its own: two devices
+    /// with the same GID cannot reach each other.
+    pub fn fabric() -> SoftConfig {
+        SoftConfig {
+            gid: super::fabric::new_gid(),
+            ..SoftConfig::default()
+        }
+    }
+
+    /// Whether [`SoftConfig::gid`] is a fabric GID.
+    pub fn is_fabric(&self) -> bool {
+        super::fabric::is_fabric_gid(&self.gid)
+    }
+
     /// The MTU the device uses: [`SoftConfig::mtu`] if it is a valid IB
     /// MTU, else 4096.
     pub fn effective_mtu(&self) -> u32 {
@@ -65,6 +88,7 @@ impl Default for SoftConfig {
             rnr_delay: Duration::from_micros(20),
             mtu: 4096,
             gid: [0; 16],
+            fabric_ring: 256 * 1024,
         }
     }
 }

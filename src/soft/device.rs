@@ -32,6 +32,11 @@ pub struct SoftDevice {
 impl SoftDevice {
     /// A new device in step mode (no thread).
     pub fn new(cfg: SoftConfig) -> SoftDevice {
+        if cfg.is_fabric() {
+            // Segments left by processes that died before their peers
+            // attached (docs/spec/fabric.md §2).
+            super::fabric::link::sweep();
+        }
         SoftDevice {
             shared: Arc::new(Shared {
                 engine: Mutex::new(Engine {
@@ -380,6 +385,7 @@ impl SoftDevice {
             last_wqe_raised: false,
             ud,
             qkey: 0,
+            remote: None,
         });
         let dv = Mlx5dvQp {
             dbrec: mem.dbrec.ptr().cast(),
@@ -414,6 +420,9 @@ impl SoftDevice {
         }
         match (q.state, m.state) {
             (_, QpState::Reset) => {
+                // A remote QP's link closes (the peer sees it) and what
+                // was outstanding is discarded, as RESET discards a queue.
+                q.remote = None;
                 q.sq_ci = 0;
                 q.rq_ci = 0;
                 q.rnr_attempts = 0;
@@ -432,9 +441,33 @@ impl SoftDevice {
                 }
                 q.access = m.access;
             }
-            (QpState::Init, QpState::Rtr) => q.dest = m.dest_qpn,
+            (QpState::Init, QpState::Rtr) => {
+                let me = e.cfg.gid;
+                let dgid = m.av.dgid;
+                let remote = if super::fabric::is_fabric_gid(&me)
+                    && super::fabric::is_fabric_gid(&dgid)
+                    && dgid != me
+                {
+                    // A QP of another process's device: its link is made
+                    // now, before anything changes (docs/spec/fabric.md §2).
+                    let ring = e.cfg.fabric_ring;
+                    let out =
+                        super::fabric::link::LinkOut::create(&me, qpn, &dgid, m.dest_qpn, ring)?;
+                    Some(std::boxed::Box::new(super::fabric::requester::Remote::new(
+                        dgid,
+                        m.dest_qpn,
+                        out,
+                        std::time::Instant::now(),
+                    )))
+                } else {
+                    None
+                };
+                let q = e.qps[i].as_mut().expect("checked");
+                q.dest = m.dest_qpn;
+                q.remote = remote;
+            }
             (QpState::Rtr, QpState::Rts) => {
-                if m.rnr_retry > 7 || m.retry_cnt > 7 {
+                if m.rnr_retry > 7 || m.retry_cnt > 7 || m.timeout > 31 {
                     return Err(Error::InvalidAttribute);
                 }
                 if m.rate_limit_kbps != 0 {
@@ -442,11 +475,18 @@ impl SoftDevice {
                     return Err(Error::Unsupported);
                 }
                 q.rnr_retry = m.rnr_retry;
+                if let Some(r) = q.remote.as_deref_mut() {
+                    r.set_timer(m.timeout, m.retry_cnt, m.rnr_retry);
+                }
             }
-            (_, QpState::Error) => {}
+            (_, QpState::Error) => {
+                if let Some(r) = q.remote.as_deref_mut() {
+                    r.flush_pending();
+                }
+            }
             _ => return Err(Error::InvalidQpState),
         }
-        q.state = m.state;
+        e.qps[i].as_mut().expect("checked").state = m.state;
         Ok(())
     }
 

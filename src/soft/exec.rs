@@ -44,6 +44,97 @@ pub(super) unsafe fn sg_copy(src: &[(*mut u8, usize)], dst: &[(*mut u8, usize)])
     }
 }
 
+/// Copies `len` bytes from `src` into the list `dst`, starting `off`
+/// bytes into it (stopping at the list's end).
+///
+/// # Safety
+/// `src` is valid for `len` bytes and every piece of `dst` for its
+/// length (checked against the MR table by the caller).
+pub(super) unsafe fn scatter_at(src: *const u8, len: usize, dst: &[(*mut u8, usize)], off: usize) {
+    let (mut done, mut skip) = (0, off);
+    for &(p, l) in dst {
+        if done == len {
+            break;
+        }
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(len - done);
+        // SAFETY: inside both ranges (caller); `copy` tolerates overlap.
+        unsafe { core::ptr::copy(src.add(done), p.add(skip), n) };
+        done += n;
+        skip = 0;
+    }
+}
+
+/// Executes FETCH_AND_ADD or CMP_AND_SWP on the 8 bytes at `t`; returns
+/// the original value.
+///
+/// # Safety
+/// `t` is 8-aligned and inside a registered region.
+pub(super) unsafe fn atomic_at(t: *mut u8, op: u8, swap_add: u64, compare: u64) -> u64 {
+    // SAFETY: 8 bytes inside a registered region, 8-aligned (caller);
+    // atomic with respect to every device operation (engine lock) and to
+    // CPU atomics on the same word, in this process or another.
+    let cell = unsafe { core::sync::atomic::AtomicU64::from_ptr(t.cast::<u64>()) };
+    if op == opcode::ATOMIC_FA {
+        cell.fetch_add(swap_add, Ordering::SeqCst)
+    } else {
+        match cell.compare_exchange(compare, swap_add, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(v) | Err(v) => v,
+        }
+    }
+}
+
+/// The responder CQE of a SEND or SEND_WITH_IMM received by QP `bqpn`
+/// from QP `src_qpn`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn recv_cqe(
+    op: u8,
+    bqpn: u32,
+    counter: u16,
+    total: u32,
+    imm: u32,
+    src_qpn: u32,
+    solicited: bool,
+    srqn: u32,
+) -> [u8; 64] {
+    let (op, imm) = match op {
+        opcode::SEND_IMM => (cqe_opcode::RESP_SEND_IMM, imm),
+        _ => (cqe_opcode::RESP_SEND, 0),
+    };
+    let mut img = cqe_image(op, bqpn, counter, total, imm);
+    img[24..28].copy_from_slice(&src_qpn.to_be_bytes());
+    if solicited {
+        img[63] |= 0x02;
+    }
+    set_srqn(&mut img, srqn);
+    img
+}
+
+/// Who asked for a receive: a QP of this device (whose RNR retries the
+/// device counts) or a remote one (whose responder side counts them).
+#[derive(Clone, Copy)]
+pub(super) enum Requester {
+    /// QP index on this device.
+    Local(usize),
+    /// A QP of another device.
+    Remote,
+}
+
+impl From<usize> for Requester {
+    fn from(i: usize) -> Requester {
+        Requester::Local(i)
+    }
+}
+
+impl From<Option<usize>> for Requester {
+    fn from(i: Option<usize>) -> Requester {
+        i.map_or(Requester::Remote, Requester::Local)
+    }
+}
+
 impl Engine {
     /// Resolves a send WQE's local data into `local` (pointer, length)
     /// pieces: the inline bytes in the WQE copy `wbuf`, or each data
@@ -151,12 +242,15 @@ impl Engine {
         if !threaded && q.rnr_step == steps && q.rnr_attempts > 0 {
             return Outcome::Wait;
         }
-        let (pd, qpn, dest) = (q.pd, q.qpn, q.dest);
+        let (pd, qpn, dest, remote) = (q.pd, q.qpn, q.dest, q.remote.is_some());
         if p.opcode == opcode::NOP {
             return Outcome::Done(0);
         }
-        if let Some(o) = self.fault_for(qpn, dest) {
-            return o;
+        // Injected faults act on this device's own connections only.
+        if !remote {
+            if let Some(o) = self.fault_for(qpn, dest) {
+                return o;
+            }
         }
 
         // Local side: gather (SEND/WRITE) or scatter (READ/atomics) list.
@@ -175,6 +269,11 @@ impl Engine {
         };
         if total > 1 << 31 {
             return Outcome::Fail(syndrome::LOCAL_LENGTH);
+        }
+
+        if remote {
+            // The peer is another process's device (docs/spec/fabric.md).
+            return self.send_remote(qi, p, &local[..nlocal], total, now);
         }
 
         // Remote side.
@@ -262,23 +361,9 @@ impl Engine {
                 let Some(t) = self.mrs.check(rk, bpd, ra, 8, Access::REMOTE_ATOMIC, true) else {
                     return self.responder_fatal(bi, syndrome::REMOTE_ACCESS, RespEvent::Access);
                 };
-                // SAFETY: 8 bytes inside a registered region, 8-aligned;
-                // atomic with respect to every device operation (engine
-                // lock) and to CPU atomics on the same word.
-                let cell = unsafe { core::sync::atomic::AtomicU64::from_ptr(t.cast::<u64>()) };
                 let (swap_add, compare) = p.atomic;
-                let old = if p.opcode == opcode::ATOMIC_FA {
-                    cell.fetch_add(swap_add, Ordering::SeqCst)
-                } else {
-                    match cell.compare_exchange(
-                        compare,
-                        swap_add,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
-                        Ok(v) | Err(v) => v,
-                    }
-                };
+                // SAFETY: 8 bytes inside a registered region, 8-aligned.
+                let old = unsafe { atomic_at(t, p.opcode, swap_add, compare) };
                 let bytes = old.to_ne_bytes();
                 // SAFETY: the local SGE is exactly 8 bytes, validated with
                 // LOCAL_WRITE.
@@ -315,53 +400,80 @@ impl Engine {
                     self.set_error(bi);
                     return Outcome::Done(total as u32);
                 }
-                let mut cap: u64 = 0;
-                for (i, s) in rsegs[..n].iter().enumerate() {
-                    let Some(ptr) = self.mrs.check(
-                        s.lkey,
-                        bpd,
-                        s.addr,
-                        s.len as u64,
-                        Access::LOCAL_WRITE,
-                        false,
-                    ) else {
-                        let mut img =
-                            err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
-                        set_srqn(&mut img, bsrqn);
-                        self.push_cqe(brecv_cq, &img);
-                        return self.responder_fatal(bi, syndrome::REMOTE_OP, RespEvent::None);
-                    };
-                    dst[i] = (ptr, s.len as usize);
-                    cap += s.len as u64;
-                }
-                if total > cap {
-                    let mut img = err_image(
-                        cqe_opcode::RESP_ERR,
-                        0,
-                        bqpn,
-                        counter,
-                        syndrome::LOCAL_LENGTH,
-                    );
-                    set_srqn(&mut img, bsrqn);
-                    self.push_cqe(brecv_cq, &img);
-                    return self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::None);
+                if let Err(o) = self.receive_list(
+                    (bi, bpd, bqpn, brecv_cq, bsrqn),
+                    counter,
+                    &rsegs[..n],
+                    total,
+                    dst,
+                ) {
+                    return o;
                 }
                 // SAFETY: ranges validated against the MR table.
                 unsafe { sg_copy(&local[..nlocal], &dst[..n]) };
-                let (op, imm) = match p.opcode {
-                    opcode::SEND_IMM => (cqe_opcode::RESP_SEND_IMM, p.imm),
-                    _ => (cqe_opcode::RESP_SEND, 0),
-                };
-                let mut img = cqe_image(op, bqpn, counter, total as u32, imm);
-                img[24..28].copy_from_slice(&qpn.to_be_bytes());
-                if p.solicited {
-                    img[63] |= 0x02;
-                }
-                set_srqn(&mut img, bsrqn);
+                let img = recv_cqe(
+                    p.opcode,
+                    bqpn,
+                    counter,
+                    total as u32,
+                    p.imm,
+                    qpn,
+                    p.solicited,
+                    bsrqn,
+                );
                 self.push_cqe(brecv_cq, &img);
                 Outcome::Done(total as u32)
             }
         }
+    }
+
+    /// Resolves the scatter list `rsegs` of receive `counter`, taken by
+    /// QP `bi` (PD `bpd`, number `bqpn`, receive CQ `brecv_cq`, SRQ
+    /// `bsrqn` or 0), into `dst`, for a message of `total` bytes. A piece
+    /// outside the MR table fails the receive with a local protection
+    /// error, a list too short for the message with a local length error;
+    /// either ends the connection (docs/spec/responder.md §2) and is
+    /// returned as the requester's outcome.
+    pub(super) fn receive_list(
+        &mut self,
+        (bi, bpd, bqpn, brecv_cq, bsrqn): (usize, u32, u32, u32, u32),
+        counter: u16,
+        rsegs: &[Seg],
+        total: u64,
+        dst: &mut [(*mut u8, usize)],
+    ) -> Result<(), Outcome> {
+        let mut cap: u64 = 0;
+        for (i, s) in rsegs.iter().enumerate() {
+            let Some(ptr) = self.mrs.check(
+                s.lkey,
+                bpd,
+                s.addr,
+                s.len as u64,
+                Access::LOCAL_WRITE,
+                false,
+            ) else {
+                let mut img =
+                    err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, syndrome::LOCAL_PROT);
+                set_srqn(&mut img, bsrqn);
+                self.push_cqe(brecv_cq, &img);
+                return Err(self.responder_fatal(bi, syndrome::REMOTE_OP, RespEvent::None));
+            };
+            dst[i] = (ptr, s.len as usize);
+            cap += s.len as u64;
+        }
+        if total > cap {
+            let mut img = err_image(
+                cqe_opcode::RESP_ERR,
+                0,
+                bqpn,
+                counter,
+                syndrome::LOCAL_LENGTH,
+            );
+            set_srqn(&mut img, bsrqn);
+            self.push_cqe(brecv_cq, &img);
+            return Err(self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::None));
+        }
+        Ok(())
     }
 
     /// The responder had no receive: an RNR NAK, retried up to the
@@ -369,10 +481,15 @@ impl Engine {
     /// WR fails with RNR retry exceeded.
     pub(super) fn rnr_nak(
         &mut self,
-        requester: usize,
+        requester: Requester,
         now: Instant,
         rnr_delay: Duration,
     ) -> Outcome {
+        let Requester::Local(requester) = requester else {
+            // A remote requester's retries are counted by the responder
+            // side of its link (docs/spec/fabric.md §4).
+            return Outcome::Rnr;
+        };
         let steps = self.steps;
         let a = self.qps[requester].as_mut().expect("checked");
         a.rnr_attempts += 1;
@@ -395,8 +512,9 @@ impl Engine {
         entry: &mut [u8; 1024],
         now: Instant,
         rnr_delay: Duration,
-        requester: usize,
+        requester: impl Into<Requester>,
     ) -> core::result::Result<(u16, usize), Outcome> {
+        let requester = requester.into();
         let b = self.qps[bi].as_ref().expect("checked");
         if let Some(srqn) = b.srq {
             return self.take_srq_recv(bi, srqn, segs, entry, now, rnr_delay, requester);
@@ -421,8 +539,9 @@ impl Engine {
         };
         let b = self.qps[bi].as_mut().expect("checked");
         b.rq_ci = b.rq_ci.wrapping_add(1);
-        let a = self.qps[requester].as_mut().expect("checked");
-        a.rnr_wait = None;
+        if let Requester::Local(a) = requester {
+            self.qps[a].as_mut().expect("checked").rnr_wait = None;
+        }
         match n {
             Ok(n) => Ok((counter, n)),
             Err(s) => {

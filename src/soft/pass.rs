@@ -25,7 +25,11 @@ impl Engine {
             if self.qps[qi].is_none() {
                 continue;
             }
+            let remote = self.qps[qi].as_ref().is_some_and(|q| q.remote.is_some());
             work += self.run_sq(qi, now);
+            if remote {
+                work += self.pass_remote(qi, now);
+            }
             work += self.flush_rq(qi);
         }
         self.fire_cq_events();
@@ -97,8 +101,14 @@ impl Engine {
                 }
             };
             let signaled = ctrl[11] & 0x0c == 0x08;
+            let remote = self.qps[qi].as_ref().is_some_and(|q| q.remote.is_some());
             match outcome {
                 Outcome::Wait | Outcome::Rnr => break,
+                Outcome::Queued => {}
+                Outcome::Done(bytes) if remote => {
+                    // Completes behind what is still outstanding at the peer.
+                    self.queue_result(qi, index, wqe_op, signaled, Ok(bytes));
+                }
                 Outcome::Done(bytes) => {
                     if signaled {
                         let img = cqe_image(
@@ -112,8 +122,12 @@ impl Engine {
                     }
                 }
                 Outcome::Fail(s) => {
-                    let img = err_image(cqe_opcode::REQ_ERR, wqe_op, qpn, index, s);
-                    self.push_cqe(cqn, &img);
+                    if remote {
+                        self.queue_result(qi, index, wqe_op, signaled, Err(s));
+                    } else {
+                        let img = err_image(cqe_opcode::REQ_ERR, wqe_op, qpn, index, s);
+                        self.push_cqe(cqn, &img);
+                    }
                     if state != QpState::Error {
                         self.set_error(qi);
                         if s == syndrome::LOCAL_QP_OP || s == syndrome::LOCAL_LENGTH {

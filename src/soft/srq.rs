@@ -84,7 +84,7 @@ impl Engine {
         entry: &mut [u8; 1024],
         now: std::time::Instant,
         rnr_delay: std::time::Duration,
-        requester: usize,
+        requester: super::exec::Requester,
     ) -> core::result::Result<(u16, usize), super::state::Outcome> {
         let Some(si) = self.srq_index(srqn) else {
             // Cannot happen (an SRQ with QPs attached is not destroyed);
@@ -120,8 +120,9 @@ impl Engine {
         let nwqes = s.nwqes;
         let b = self.qps[bi].as_ref().expect("checked");
         let (bqpn, bcq) = (b.qpn, b.recv_cq);
-        let a = self.qps[requester].as_mut().expect("checked");
-        a.rnr_wait = None;
+        if let super::exec::Requester::Local(a) = requester {
+            self.qps[a].as_mut().expect("checked").rnr_wait = None;
+        }
         let s = self.srqs[si].as_mut().expect("checked");
         s.taken = s.taken.wrapping_add(1);
         match parsed {

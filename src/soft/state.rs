@@ -55,6 +55,9 @@ pub(super) struct Qp {
     pub(super) ud: bool,
     /// A UD QP's Q_Key (set by `ready_ud`).
     pub(super) qkey: u32,
+    /// Connected to a QP of another process's device
+    /// (docs/spec/fabric.md): its link and outstanding work.
+    pub(super) remote: Option<std::boxed::Box<super::fabric::requester::Remote>>,
 }
 
 /// Device-side state of one CQ.
@@ -85,8 +88,10 @@ pub(super) enum Outcome {
     Fail(u8),
     /// The responder had no receive posted.
     Rnr,
-    /// Not yet (injected delay).
+    /// Not yet (injected delay, or a full link).
     Wait,
+    /// Sent to a remote peer: completes when its response arrives.
+    Queued,
 }
 
 /// Per-WQE working memory, allocated once with the device so executing a

@@ -32,6 +32,38 @@ pub unsafe extern "C" fn rdd_device_open_soft(
     cfg: *const rdd_soft_config,
     out: *mut *mut rdd_device,
 ) -> rdd_status {
+    // SAFETY: forwarded contract.
+    unsafe { open_soft(cfg, out, false) }
+}
+
+/// Opens a new software device that joins the cross-process fabric
+/// (docs/spec/fabric.md): its port GID names this process and this
+/// device, and its RC QPs connect (`rdd_qp_connect` with the peer's
+/// `rdd_qp_info`) to QPs of fabric devices in other processes on this
+/// host as well as to its own. Start its device thread with
+/// `rdd_device_start`: a peer's requests are served by this device's
+/// passes. Otherwise as `rdd_device_open_soft`.
+///
+/// # Safety
+/// As `rdd_device_open_soft`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_open_fabric(
+    cfg: *const rdd_soft_config,
+    out: *mut *mut rdd_device,
+) -> rdd_status {
+    // SAFETY: forwarded contract.
+    unsafe { open_soft(cfg, out, true) }
+}
+
+/// The body of both software opens.
+///
+/// # Safety
+/// As `rdd_device_open_soft`.
+unsafe fn open_soft(
+    cfg: *const rdd_soft_config,
+    out: *mut *mut rdd_device,
+    fabric: bool,
+) -> rdd_status {
     ffi_boundary!({
         non_null!(out);
         let c = if cfg.is_null() {
@@ -48,6 +80,9 @@ pub unsafe extern "C" fn rdd_device_open_soft(
         }
         if c.rnr_delay_us != 0 {
             sc.rnr_delay = Duration::from_micros(c.rnr_delay_us as u64);
+        }
+        if fabric {
+            sc.gid = SoftConfig::fabric().gid;
         }
         let soft = SoftDevice::new(sc);
         let obj = Box::new(DeviceObj {
