@@ -205,28 +205,12 @@ impl Engine {
             None
         };
         let len = req.len as usize;
-        let at = req.raddr.wrapping_add(u64::from(req.offset));
-        let fatal = |e: &mut Engine, s: u8, ev: RespEvent| match e.responder_fatal(bi, s, ev) {
-            Outcome::Fail(s) => Step::Nak(s),
-            _ => Step::Nak(s),
-        };
+        let fatal = |e: &mut Engine, s: u8, ev: RespEvent| nak_of(e.responder_fatal(bi, s, ev));
         let step = match req.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => {
-                if !baccess.contains(Access::REMOTE_WRITE) {
-                    return Ok(fatal(self, syndrome::REMOTE_INVAL_REQ, RespEvent::Request));
-                }
-                let need = Access::REMOTE_WRITE;
-                let whole = !first
-                    || self
-                        .mrs
-                        .check(req.rkey, bpd, req.raddr, req.total.into(), need, true)
-                        .is_some();
-                let Some(dst) = self
-                    .mrs
-                    .check(req.rkey, bpd, at, len as u64, need, true)
-                    .filter(|_| whole)
-                else {
-                    return Ok(fatal(self, syndrome::REMOTE_ACCESS, RespEvent::Access));
+                let dst = match self.remote_piece(bi, req, bpd, baccess, Access::REMOTE_WRITE) {
+                    Ok(p) => p,
+                    Err(nak) => return Ok(nak),
                 };
                 if last && req.opcode == opcode::RDMA_WRITE_IMM {
                     let entry = &mut [0u8; 1024];
@@ -259,21 +243,9 @@ impl Engine {
                 Step::Done(acked, None)
             }
             opcode::RDMA_READ => {
-                if !baccess.contains(Access::REMOTE_READ) {
-                    return Ok(fatal(self, syndrome::REMOTE_INVAL_REQ, RespEvent::Request));
-                }
-                let need = Access::REMOTE_READ;
-                let whole = !first
-                    || self
-                        .mrs
-                        .check(req.rkey, bpd, req.raddr, req.total.into(), need, true)
-                        .is_some();
-                let Some(src) = self
-                    .mrs
-                    .check(req.rkey, bpd, at, len as u64, need, true)
-                    .filter(|_| whole)
-                else {
-                    return Ok(fatal(self, syndrome::REMOTE_ACCESS, RespEvent::Access));
+                let src = match self.remote_piece(bi, req, bpd, baccess, Access::REMOTE_READ) {
+                    Ok(p) => p,
+                    Err(nak) => return Ok(nak),
                 };
                 let resp = Resp {
                     seq: req.seq,
@@ -316,6 +288,41 @@ impl Engine {
             _ => return Err(()),
         };
         Ok(step)
+    }
+
+    /// Where a WRITE or READ packet's bytes are: QP `bi` must enable
+    /// `need`, and the packet's range (and on its first packet the whole
+    /// message's) must lie in region `rkey` of PD `bpd` with `need`
+    /// (docs/spec/responder.md §1). A refusal ends the connection and is
+    /// the NAK to send.
+    fn remote_piece(
+        &mut self,
+        bi: usize,
+        req: &Req,
+        bpd: u32,
+        baccess: Access,
+        need: Access,
+    ) -> Result<*mut u8, Step> {
+        if !baccess.contains(need) {
+            let s = self.responder_fatal(bi, syndrome::REMOTE_INVAL_REQ, RespEvent::Request);
+            return Err(nak_of(s));
+        }
+        let whole = req.flags & wire::F_FIRST == 0
+            || self
+                .mrs
+                .check(req.rkey, bpd, req.raddr, req.total.into(), need, true)
+                .is_some();
+        let at = req.raddr.wrapping_add(u64::from(req.offset));
+        match self
+            .mrs
+            .check(req.rkey, bpd, at, req.len.into(), need, true)
+        {
+            Some(p) if whole => Ok(p),
+            _ => {
+                let s = self.responder_fatal(bi, syndrome::REMOTE_ACCESS, RespEvent::Access);
+                Err(nak_of(s))
+            }
+        }
     }
 
     /// The SEND family: the receive is taken on the first packet (on the
@@ -430,4 +437,12 @@ fn nak(seq: u32, s: u8) -> Option<Resp> {
         syndrome: s,
         len: 0,
     })
+}
+
+/// The NAK for a responder error's outcome.
+fn nak_of(o: Outcome) -> Step {
+    match o {
+        Outcome::Fail(s) => Step::Nak(s),
+        _ => Step::Nak(syndrome::REMOTE_OP),
+    }
 }
