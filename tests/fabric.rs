@@ -504,3 +504,77 @@ fn rnr_retries_run_out_across_processes() {
     assert_eq!(wait_wc(&mut s, BOUND).status, WcStatus::WR_FLUSH_ERR);
     p.say("quit");
 }
+
+#[test]
+fn two_qps_feed_one_srq_in_another_process() {
+    let dev = Device::new(SoftDevice::new(SoftConfig::fabric()));
+    dev.backend().start();
+    let pd = dev.alloc_pd().unwrap();
+    let mut cq = dev.create_cq(1024).unwrap();
+    let mut qps: Vec<Qp<SoftDevice>> = (0..2)
+        .map(|_| pd.create_qp(&cq, &cq, &QpInit::default()).unwrap())
+        .collect();
+    let mut p = Peer::spawn("srq_target", &[]);
+    let theirs: Vec<QpInfo> = (0..2).map(|_| parse_info(&p.expect("info"))).collect();
+    for (q, t) in qps.iter_mut().zip(&theirs) {
+        q.connect(t, &ConnectAttr::default()).unwrap();
+        p.say(&info_line(&q.info()));
+    }
+    p.expect("ready");
+    let mut src = pd.register(64 * 1024, Access::NONE).unwrap();
+    for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+        *b = (i * 31 + 7) as u8;
+    }
+    // Three SENDs from each QP, of sizes across the packet boundary.
+    let sizes = [100usize, 20_000, 40_000];
+    let mut want = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        for (i, q) in qps.iter_mut().enumerate() {
+            let off = 1000 * (k + i);
+            q.post_send_one(&SendWr::new(
+                0,
+                SendOp::Send,
+                &[src.sge(off, n as u32)],
+                SIG,
+            ))
+            .unwrap();
+            want.push((
+                theirs[i].qpn,
+                q.info().qpn,
+                n,
+                fnv(&src.as_slice()[off..off + n]),
+            ));
+        }
+    }
+    let mut wc = [Wc::default(); 8];
+    let mut done = 0;
+    let t = Instant::now();
+    while done < want.len() {
+        let mut refs: Vec<&mut Qp<SoftDevice>> = qps.iter_mut().collect();
+        let n = cq.poll(&mut refs[..], &mut wc).unwrap();
+        for c in &wc[..n] {
+            assert_eq!(c.status, WcStatus::SUCCESS);
+            done += 1;
+        }
+        assert!(t.elapsed() < BOUND, "sends stuck at {done}");
+    }
+    let mut got: Vec<(u32, u32, usize, u64)> = (0..want.len())
+        .map(|_| {
+            let w = p.expect("wc");
+            assert_eq!(w[1], "0", "receive status");
+            (
+                w[3].parse().unwrap(),
+                w[4].parse().unwrap(),
+                w[2].parse().unwrap(),
+                w[5].parse().unwrap(),
+            )
+        })
+        .collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(
+        got, want,
+        "every SEND received once, on its QP, with its bytes"
+    );
+    p.say("quit");
+}

@@ -134,6 +134,7 @@ pub fn run_child(role: &str) {
     match role {
         "target" => target(),
         "adder" => adder(),
+        "srq_target" => srq_target(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -288,6 +289,78 @@ fn adder() {
     let line: Vec<String> = seen.iter().map(u64::to_string).collect();
     println!("@@ olds {}", line.join(" "));
     let _ = next_line(&cmds);
+    dev.backend().stop();
+    std::process::exit(0);
+}
+
+/// A responder with two QPs on one SRQ: prints both QPs' `info` lines,
+/// reads two from the parent, keeps `SLOTS` receives posted to the SRQ
+/// and reports every completion (with the QP it arrived on) until `quit`.
+fn srq_target() {
+    let dev = Device::new(SoftDevice::new(SoftConfig::fabric()));
+    dev.backend().start();
+    let pd = dev.alloc_pd().unwrap();
+    let mut srq = pd.create_srq(SLOTS as u32, 1).unwrap();
+    let init = QpInit {
+        srq: Some(srq.id()),
+        ..QpInit::default()
+    };
+    let mut cq = dev.create_cq(1024).unwrap();
+    let mut qps: Vec<Qp<SoftDevice>> = (0..2)
+        .map(|_| pd.create_qp(&cq, &cq, &init).unwrap())
+        .collect();
+    let rx = pd
+        .register(SLOTS * SLOT_BYTES, Access::LOCAL_WRITE)
+        .unwrap();
+    for q in &qps {
+        println!("@@ {}", info_line(&q.info()));
+    }
+    let cmds = stdin_lines();
+    for q in qps.iter_mut() {
+        let w = next_line(&cmds);
+        q.connect(&parse_info(&w[1..]), &ConnectAttr::default())
+            .unwrap();
+    }
+    let post = |srq: &mut rdma_direct::api::Srq<SoftDevice>, slot: usize| {
+        srq.post_recv_one(&RecvWr {
+            wr_id: slot as u64,
+            sges: &[rx.sge(slot * SLOT_BYTES, SLOT_BYTES as u32)],
+        })
+        .unwrap();
+    };
+    for s in 0..SLOTS {
+        post(&mut srq, s);
+    }
+    println!("@@ ready");
+    let mut wc = [Wc::default(); 16];
+    loop {
+        let n = {
+            let mut refs: Vec<&mut Qp<SoftDevice>> = qps.iter_mut().collect();
+            cq.poll(&mut srq.route(&mut refs[..]), &mut wc).unwrap()
+        };
+        for c in &wc[..n] {
+            let slot = (c.wr_id as usize) % SLOTS;
+            let got = &rx.as_slice()[slot * SLOT_BYTES..][..(c.byte_len as usize).min(SLOT_BYTES)];
+            println!(
+                "@@ wc {} {} {} {} {} {}",
+                c.wr_id,
+                c.status.0,
+                c.byte_len,
+                c.qp_num,
+                c.src_qp,
+                fnv(got)
+            );
+            post(&mut srq, slot);
+        }
+        match cmds.try_recv() {
+            Ok(l) if l == "quit" => break,
+            Ok(_) => {}
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                std::thread::sleep(Duration::from_micros(200))
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+        }
+    }
     dev.backend().stop();
     std::process::exit(0);
 }
