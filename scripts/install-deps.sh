@@ -46,6 +46,8 @@ APT_HOST=(
   libibverbs-dev librdmacm-dev ibverbs-providers linux-libc-dev
   # callgrind and python3: scripts/bench.sh, scripts/soft_bench.sh
   valgrind python3
+  # Open MPI's mpicc and mpirun: the MPI examples (scripts/mpi-examples.sh)
+  openmpi-bin libopenmpi-dev
   # downloading rustup-init when rustup is missing
   curl ca-certificates
 )

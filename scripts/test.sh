@@ -63,6 +63,9 @@ bash scripts/header.sh
 stage "C and C++ tests (plain, ASan+UBSan)"
 bash ffi-tests/run.sh
 
+stage "MPI examples on the cross-process software fabric (4 and 8 ranks)"
+bash scripts/mpi-examples.sh
+
 stage "post/poll instruction counts vs benches/baseline/post-poll.tsv (callgrind; fails on a row +3 %)"
 # scripts/bench.sh with BENCH_ITERS=2048; `scripts/bench-gate.sh --update`
 # rewrites the baseline on purpose (CONTRIBUTING.md).
