@@ -388,16 +388,7 @@ impl Engine {
                     // remote invalid request error and moves to ERROR; the
                     // SEND itself was acknowledged), the requester's SEND
                     // completes and the responder's receive does not.
-                    let mut img = err_image(
-                        cqe_opcode::RESP_ERR,
-                        0,
-                        bqpn,
-                        counter,
-                        syndrome::REMOTE_INVAL_REQ,
-                    );
-                    set_srqn(&mut img, bsrqn);
-                    self.push_cqe(brecv_cq, &img);
-                    self.set_error(bi);
+                    self.refuse_invalidate((bi, bqpn, brecv_cq, bsrqn), counter);
                     return Outcome::Done(total as u32);
                 }
                 if let Err(o) = self.receive_list(
@@ -425,6 +416,22 @@ impl Engine {
                 Outcome::Done(total as u32)
             }
         }
+    }
+
+    /// A SEND_WITH_INV's receive `counter`, taken by QP `bi` (number
+    /// `bqpn`, receive CQ `brecv_cq`, SRQ `bsrqn` or 0), fails with a
+    /// remote invalid request error and the QP moves to ERROR: no region
+    /// of this device can be invalidated remotely (see `execute`).
+    pub(super) fn refuse_invalidate(
+        &mut self,
+        (bi, bqpn, brecv_cq, bsrqn): (usize, u32, u32, u32),
+        counter: u16,
+    ) {
+        let synd = syndrome::REMOTE_INVAL_REQ;
+        let mut img = err_image(cqe_opcode::RESP_ERR, 0, bqpn, counter, synd);
+        set_srqn(&mut img, bsrqn);
+        self.push_cqe(brecv_cq, &img);
+        self.set_error(bi);
     }
 
     /// Resolves the scatter list `rsegs` of receive `counter`, taken by

@@ -11,7 +11,6 @@ use super::wire::{self, Req, Resp, RespKind, PACKET, REQ_BYTES, RESP_BYTES, TAG_
 use crate::completion::QpState;
 use crate::provider::mlx5::cq::syndrome;
 use crate::provider::mlx5::layout::{cqe_opcode, opcode};
-use crate::soft::cqe::err_image;
 use crate::soft::mr::Access;
 use crate::soft::srq::set_srqn;
 use crate::soft::state::{Engine, Outcome, RespEvent};
@@ -54,13 +53,25 @@ enum Step {
     Nak(u8),
 }
 
-fn ack(seq: u32) -> Option<Resp> {
-    Some(Resp {
-        seq,
+/// The ACK a request asks for with `F_ACK_REQ`, or none.
+fn ack_if_asked(req: &Req) -> Option<Resp> {
+    (req.flags & wire::F_ACK_REQ != 0).then_some(Resp {
+        seq: req.seq,
         kind: RespKind::Ack,
         syndrome: 0,
         len: 0,
     })
+}
+
+/// What taking a receive for a remote request came to, as a step: the
+/// receive (its counter and scatter entries), or an RNR wait, or the NAK
+/// of a receive that failed (its error CQE already written).
+fn recv_step(taken: Result<(u16, usize), Outcome>) -> Result<(u16, usize), Step> {
+    match taken {
+        Ok(v) => Ok(v),
+        Err(Outcome::Rnr) => Err(Step::Rnr),
+        Err(o) => Err(nak_of(o)),
+    }
 }
 
 impl Engine {
@@ -199,11 +210,7 @@ impl Engine {
         let bsrqn = b.srq.unwrap_or(0);
         let first = req.flags & wire::F_FIRST != 0;
         let last = req.flags & wire::F_LAST != 0;
-        let acked = if req.flags & wire::F_ACK_REQ != 0 {
-            ack(req.seq)
-        } else {
-            None
-        };
+        let acked = ack_if_asked(req);
         let len = req.len as usize;
         let fatal = |e: &mut Engine, s: u8, ev: RespEvent| nak_of(e.responder_fatal(bi, s, ev));
         let step = match req.opcode {
@@ -215,10 +222,8 @@ impl Engine {
                 if last && req.opcode == opcode::RDMA_WRITE_IMM {
                     let entry = &mut [0u8; 1024];
                     let taken = self.take_recv(bi, &mut [], entry, now, self.cfg.rnr_delay, None);
-                    match taken {
-                        Err(Outcome::Rnr) => return Ok(Step::Rnr),
-                        Err(Outcome::Fail(s)) => return Ok(Step::Nak(s)),
-                        Err(_) => return Ok(Step::Nak(syndrome::REMOTE_OP)),
+                    match recv_step(taken) {
+                        Err(step) => return Ok(step),
                         Ok((counter, _)) => {
                             // SAFETY: checked against the MR table above;
                             // the payload is `len` bytes of the ring.
@@ -340,35 +345,19 @@ impl Engine {
     ) -> Result<Step, ()> {
         let first = req.flags & wire::F_FIRST != 0;
         let last = req.flags & wire::F_LAST != 0;
-        let acked = if req.flags & wire::F_ACK_REQ != 0 {
-            ack(req.seq)
-        } else {
-            None
-        };
+        let acked = ack_if_asked(req);
         if req.opcode == opcode::SEND_INVAL {
             if !last {
                 return Ok(Step::Done(acked, None));
             }
             let entry = &mut [0u8; 1024];
-            let counter = match self.take_recv(bi, &mut [], entry, now, self.cfg.rnr_delay, None) {
-                Err(Outcome::Rnr) => return Ok(Step::Rnr),
-                Err(Outcome::Fail(s)) => return Ok(Step::Nak(s)),
-                Err(_) => return Ok(Step::Nak(syndrome::REMOTE_OP)),
-                Ok((c, _)) => c,
+            let taken = self.take_recv(bi, &mut [], entry, now, self.cfg.rnr_delay, None);
+            let (counter, _) = match recv_step(taken) {
+                Err(step) => return Ok(step),
+                Ok(v) => v,
             };
-            // As in-process (exec.rs): no region here can be invalidated
-            // remotely, so the receive fails and the QP moves to ERROR;
-            // the SEND itself was acknowledged.
-            let mut img = err_image(
-                cqe_opcode::RESP_ERR,
-                0,
-                bqpn,
-                counter,
-                syndrome::REMOTE_INVAL_REQ,
-            );
-            set_srqn(&mut img, bsrqn);
-            self.push_cqe(brecv_cq, &img);
-            self.set_error(bi);
+            // As in-process: the receive fails, the SEND is acknowledged.
+            self.refuse_invalidate((bi, bqpn, brecv_cq, bsrqn), counter);
             return Ok(Step::Done(acked, None));
         }
         if first {
@@ -377,13 +366,11 @@ impl Engine {
             }
             let mut rsegs = [crate::soft::wqe::Seg::default(); 64];
             let entry = &mut [0u8; 1024];
-            let (counter, n) =
-                match self.take_recv(bi, &mut rsegs[..], entry, now, self.cfg.rnr_delay, None) {
-                    Err(Outcome::Rnr) => return Ok(Step::Rnr),
-                    Err(Outcome::Fail(s)) => return Ok(Step::Nak(s)),
-                    Err(_) => return Ok(Step::Nak(syndrome::REMOTE_OP)),
-                    Ok(v) => v,
-                };
+            let taken = self.take_recv(bi, &mut rsegs[..], entry, now, self.cfg.rnr_delay, None);
+            let (counter, n) = match recv_step(taken) {
+                Err(step) => return Ok(step),
+                Ok(v) => v,
+            };
             let mut dst = [(core::ptr::null_mut(), 0); 64];
             if let Err(o) = self.receive_list(
                 (bi, bpd, bqpn, brecv_cq, bsrqn),
