@@ -66,6 +66,7 @@
 //!   and the rest flushed) everything submitted was completed and reaped;
 //! - no panic, leak or undefined behaviour (the build runs under ASan).
 #![no_main]
+#![feature(cfg_sanitize)]
 
 use std::collections::VecDeque;
 use std::ptr::{null, null_mut};
@@ -77,9 +78,16 @@ use rdma_direct::ffi::status::rdd_status;
 use rdma_direct::ffi::submit::*;
 use rdma_direct_fuzz::{pattern, Bytes};
 
+#[path = "common/big_alloc.rs"]
+mod big_alloc;
 #[path = "submit_ops/env.rs"]
 mod env;
 use env::{build, ok, Built, Env};
+
+/// Large blocks (the service's 1.3 MiB) reused across inputs instead of
+/// mapped afresh by ASan each time (`common/big_alloc.rs`).
+#[global_allocator]
+static ALLOC: big_alloc::BigCache = big_alloc::BigCache::new();
 
 /// Upper bound on operations per input.
 const MAX_OPS: usize = 96;
