@@ -15,7 +15,7 @@
 #
 #   scripts/fuzz.sh                    every target (`cargo fuzz list`: wqe_encode,
 #                                      cqe_decode, wr_parse, raw_ops, obj_ops,
-#                                      submit_ops)
+#                                      submit_ops, ...)
 #   scripts/fuzz.sh cqe_decode         only the named targets
 #   FUZZ_SECONDS=600 scripts/fuzz.sh   a longer run
 #
@@ -30,7 +30,7 @@ seconds=${FUZZ_SECONDS:-30}
 lean_seconds=${FUZZ_LEAN_SECONDS:-15}
 # The lean targets run thousands of times faster than the deep ones: a
 # short smoke run already executes hundreds of thousands of inputs.
-lean_targets=" wr_check wqe_one cqe_one "
+lean_targets=" wr_check wqe_one cqe_one fabric_rx "
 # Per-input time limit: anything slower than this is reported as a hang.
 input_timeout=${FUZZ_INPUT_TIMEOUT:-10}
 

@@ -14,6 +14,11 @@ use crate::wr::QpCaps;
 
 pub use crate::util::AlignedBuf;
 
+/// The cross-process fabric's link ring and packet decoders, for the
+/// `fabric_rx` fuzz target.
+#[cfg(feature = "soft")]
+pub use crate::soft::fabric::fuzzing as fabric;
+
 /// Geometry of a fake mlx5 QP + CQ.
 #[derive(Clone, Copy, Debug)]
 pub struct FakeGeometry {

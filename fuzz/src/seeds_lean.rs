@@ -1,4 +1,5 @@
-//! Seeds of the lean targets (`wr_check`, `wqe_one`, `cqe_one`) and of
+//! Seeds of the lean targets (`wr_check`, `wqe_one`, `cqe_one`,
+//! `fabric_rx`) and of
 //! `wr_agree` (the `wr_check` format), in the
 //! input formats documented at the top of each target; collected by
 //! `seeds::all`.
@@ -173,6 +174,78 @@ fn cqe_one_seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
+/// A request header: opcode, flags, total, offset, len (the rest 0).
+fn req_header(opcode: u8, flags: u8, total: u32, offset: u32, len: u32) -> [u8; 64] {
+    let mut h = [0u8; 64];
+    h[4] = opcode;
+    h[5] = flags;
+    h[16..20].copy_from_slice(&total.to_le_bytes());
+    h[20..24].copy_from_slice(&offset.to_le_bytes());
+    h[24..28].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// A response header: kind and len (the rest 0).
+fn resp_header(kind: u8, len: u32) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[4] = kind;
+    h[8..12].copy_from_slice(&len.to_le_bytes());
+    h
+}
+
+fn fabric_rx_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+    // Pushes and pops through a wrap (records of 1000 bytes in 4096).
+    let mut w = SeedWriter::new();
+    w.u8(0);
+    for _ in 0..6 {
+        w.u8(0).u8(7).u16(1000).u8(3);
+    }
+    w.u8(6);
+    out.push(("stream_wrap", w.finish()));
+    // Full ring, then a refused push, then drain.
+    let mut w = SeedWriter::new();
+    w.u8(1);
+    for _ in 0..5 {
+        w.u8(0).u8(9).u16(2040);
+    }
+    for _ in 0..5 {
+        w.u8(3);
+    }
+    out.push(("full_then_drain", w.finish()));
+    // A record, then the head scribbled past it.
+    let mut w = SeedWriter::new();
+    w.u8(0)
+        .u8(0)
+        .u8(1)
+        .u16(64)
+        .u8(5)
+        .u8(0)
+        .u64(4000)
+        .u8(1)
+        .u8(3)
+        .u8(1);
+    out.push(("hostile_head", w.finish()));
+    // A record whose header is overwritten with a huge length.
+    let mut w = SeedWriter::new();
+    w.u8(0).u8(0).u8(2).u16(16).u8(4).u16(256).u8(8);
+    w.bytes(&[0xff, 0xff, 0, 0, 2, 0, 0, 0]).u8(1);
+    out.push(("hostile_record", w.finish()));
+    // Short mapping: attach refused.
+    let mut w = SeedWriter::new();
+    w.u8(2).u8(0).u8(1).u16(8).u8(1);
+    out.push(("short_mapping", w.finish()));
+    // Raw headers: a valid WRITE, a READ, a READ_DATA and an atomic reply.
+    let mut w = SeedWriter::new();
+    w.u8(0);
+    w.u8(7).bytes(&req_header(0x08, 3, 100, 0, 100)).u16(100);
+    w.bytes(&resp_header(2, 100)).u16(100);
+    w.u8(7).bytes(&req_header(0x10, 3, 4096, 0, 4096)).u16(0);
+    w.bytes(&resp_header(3, 8)).u16(8);
+    out.push(("headers", w.finish()));
+    out
+}
+
 /// Every lean seed: (target, name, bytes).
 pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut v = Vec::new();
@@ -188,6 +261,9 @@ pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     }
     for (name, bytes) in cqe_one_seeds() {
         v.push(("cqe_one", name, bytes));
+    }
+    for (name, bytes) in fabric_rx_seeds() {
+        v.push(("fabric_rx", name, bytes));
     }
     v
 }

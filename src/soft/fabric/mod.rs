@@ -20,6 +20,8 @@
 //! in [`requester`] (sending, completing, timeouts) and [`responder`]
 //! (executing a peer's requests).
 
+#[cfg(feature = "test-utils")]
+pub mod fuzzing;
 pub(crate) mod link;
 pub(crate) mod peer;
 pub(crate) mod requester;

@@ -61,8 +61,8 @@ const MAX_CAPACITY: usize = 1 << 32;
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 4;
 const OFF_CAPACITY: usize = 8;
-const OFF_HEAD: usize = 64;
-const OFF_TAIL: usize = 128;
+pub(crate) const OFF_HEAD: usize = 64;
+pub(crate) const OFF_TAIL: usize = 128;
 const OFF_CLOSED: usize = 192;
 /// Bytes of a record header.
 const REC_HDR: usize = 8;
