@@ -46,7 +46,8 @@ APT_HOST=(
   libibverbs-dev librdmacm-dev ibverbs-providers linux-libc-dev
   # callgrind and python3: scripts/bench.sh, scripts/soft_bench.sh
   valgrind python3
-  # Open MPI's mpicc and mpirun: the MPI examples (scripts/mpi-examples.sh)
+  # Open MPI's mpicc and mpirun: the MPI examples (scripts/mpi-examples.sh;
+  # scripts/vm-test.sh builds them with mpicc for scripts/vm-mpi.sh)
   openmpi-bin libopenmpi-dev
   # downloading rustup-init when rustup is missing
   curl ca-certificates
@@ -57,8 +58,9 @@ APT_HOST=(
 # list is HOST_TOOLS in scripts/softrdma-vm/build-vm.sh, which installs them
 # (`--host-tools`; qemu-system-x86 comes from bookworm-backports where the
 # host's qemu-utils does); --vm and --vm-test below run that. rdma-core's
-# tools (ibverbs-utils, rdmacm-utils, perftest) are used only inside the VM
-# and are installed into the image by build-vm.sh (GUEST_PKGS), not here.
+# tools (ibverbs-utils, rdmacm-utils, perftest) and Open MPI's runtime for
+# the MPI examples there are used only inside the VM and are installed into
+# the image by build-vm.sh (GUEST_PKGS), not here.
 
 want_nightly=1 want_tools=1 want_vm=0
 case "${1:-}" in

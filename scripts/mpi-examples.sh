@@ -11,11 +11,10 @@
 #   3. runs each with `mpirun -np 4` and `mpirun -np 8`, short counts,
 #      and checks every example's closing verdict (atomic_counter's
 #      "verdict: PASS" among them); peer_loss kills one rank with
-#      SIGKILL mid-transfer and runs under `mpirun --enable-recovery`
-#      (Open MPI then lets the others finish), and its survivors' verdict
-#      says whether their WRs to the dead rank all failed within the bound
-#      and their own traffic went on (mpirun's exit status says nothing
-#      about the survivors there, so the verdict line is the check);
+#      SIGKILL mid-transfer under `mpirun --enable-recovery`, and its
+#      verdict says whether the survivors' WRs to the dead rank all
+#      failed within 250 ms (the fabric's liveness check) while their
+#      own traffic went on;
 #   4. after every run, fails if a /dev/shm/rdd-fab-* segment that run
 #      created is left behind (a new segment whose creator, the pid in
 #      its name, is gone; segments of other live programs are not ours).
@@ -23,23 +22,34 @@
 #   scripts/mpi-examples.sh           the check above (well under 3 minutes on 2 cores)
 #   scripts/mpi-examples.sh --bench   the figures of docs/benchmarks.md ("Scale-out on
 #                                     the software fabric"): 2, 4, 8 and 16 ranks, longer runs
+#   scripts/mpi-examples.sh --build PREFIX OUTDIR
+#                                     step 2 only: the examples built against the library
+#                                     installed at PREFIX (scripts/vm-test.sh installs the
+#                                     verbs-enabled one and builds them so for
+#                                     scripts/vm-mpi.sh, which runs them on rxe in the VM)
 #
-# mpirun options: --oversubscribe (the runs start more ranks than the
-# machine has cores), --allow-run-as-root when run as root, and
-# `--mca btl self,vader`: ranks of one host talk through shared memory
-# only, so no network interface (a container may have none) is probed.
+# The examples, their check arguments, verdict lines and mpirun's options
+# (--oversubscribe, --mca btl self,vader, --allow-run-as-root as root)
+# are in scripts/mpi-lib.sh, shared with scripts/vm-mpi.sh.
 # Needs Open MPI (Debian's openmpi-bin and libopenmpi-dev:
 # scripts/install-deps.sh). Honours CARGO_TARGET_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+# shellcheck source=scripts/mpi-lib.sh
+. scripts/mpi-lib.sh
 
 mode=check
 case "${1:-}" in
   "") ;;
   --bench) mode=bench ;;
-  *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+  --build) mode=build ;;
+  *) echo "usage: $0 [--bench | --build PREFIX OUTDIR]" >&2; exit 2 ;;
 esac
+if [ "$mode" = build ] && { [ $# != 3 ] || [ ! -d "$2/lib/pkgconfig" ]; }; then
+  echo "usage: $0 --build PREFIX OUTDIR (PREFIX: where scripts/install.sh installed the library)" >&2
+  exit 2
+fi
 
 die() { echo "mpi-examples: FAILED: $*" >&2; exit 1; }
 for tool in mpicc mpirun pkg-config; do
@@ -47,39 +57,40 @@ for tool in mpicc mpirun pkg-config; do
     die "no $tool (Debian: openmpi-bin libopenmpi-dev pkg-config; scripts/install-deps.sh)"
 done
 
+# build PREFIX OUTDIR: every example, against the library installed at PREFIX.
+build() {
+  local ex
+  mkdir -p "$2"
+  for ex in "${mpi_examples[@]}"; do
+    echo "mpi-examples: building $ex" >&2
+    # shellcheck disable=SC2046 # pkg-config's flags are words
+    mpicc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror "examples/mpi/$ex.c" \
+      $(PKG_CONFIG_PATH="$1/lib/pkgconfig" pkg-config --cflags --libs --static rdma-direct) \
+      -o "$2/$ex"
+  done
+}
+if [ "$mode" = build ]; then
+  build "$(cd "$2" && pwd)" "$3"
+  exit 0
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/rdd-mpi.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # ---------------------------------------------------------------- install, build
 FEATURES='' PREFIX="$work/prefix" bash scripts/install.sh
-export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
-examples=(alltoall_bw ring_lat atomic_counter p2p_vs_mpi peer_loss)
-for ex in "${examples[@]}"; do
-  echo "mpi-examples: building $ex" >&2
-  # shellcheck disable=SC2046 # pkg-config's flags are words
-  mpicc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror "examples/mpi/$ex.c" \
-    $(pkg-config --cflags --libs --static rdma-direct) -o "$work/$ex"
-done
+build "$work/prefix" "$work"
 
 # ---------------------------------------------------------------- runs
-mpirun_opts=(--oversubscribe --mca btl self,vader)
-[ "$(id -u)" != 0 ] || mpirun_opts+=(--allow-run-as-root)
-
 if [ "$mode" = bench ]; then
   nps=(2 4 8 16)
   args_alltoall_bw=(--iters 50 --warmup 5)
   args_ring_lat=(--iters 1000 --warmup 100)
   args_atomic_counter=(--count 2000)
   args_p2p_vs_mpi=(--lat-iters 1000 --bw-iters 100)
-  args_peer_loss=()
   limit=600
 else
-  nps=(4 8)
-  args_alltoall_bw=(--iters 5 --warmup 1 --size 65536)
-  args_ring_lat=(--iters 100 --warmup 10)
-  args_atomic_counter=(--count 300)
-  args_p2p_vs_mpi=(--lat-iters 100 --bw-iters 10 --bw-size 262144)
-  args_peer_loss=()
+  nps=(4 8)   # and mpi-lib.sh's short arguments
   limit=90
 fi
 
@@ -99,28 +110,16 @@ leftovers() {
   done
 }
 
-# What line every example ends a good run with.
-verdict_of() {
-  case "$1" in
-    alltoall_bw) echo 'every block of every round checked on its receiver: OK' ;;
-    ring_lat) echo 'every ping checked (length, iteration, sender, payload): OK' ;;
-    atomic_counter | peer_loss) echo 'verdict: PASS' ;;
-    p2p_vs_mpi) echo "every ping and both streams' bytes checked: OK" ;;
-  esac
-}
-
 runs=0
 for np in "${nps[@]}"; do
-  for ex in "${examples[@]}"; do
+  for ex in "${mpi_examples[@]}"; do
     declare -n ex_args="args_$ex"
     echo >&2
     echo "mpi-examples: mpirun -np $np $ex ${ex_args[*]}" >&2
     segments >"$work/before"
     status=0
-    extra=()
-    [ "$ex" != peer_loss ] || extra=(--enable-recovery)
     timeout --kill-after=10 "$limit" \
-      mpirun "${mpirun_opts[@]}" "${extra[@]}" -np "$np" "$work/$ex" "${ex_args[@]}" \
+      mpirun "${mpirun_opts[@]}" ${mpi_opts_of[$ex]:-} -np "$np" "$work/$ex" "${ex_args[@]}" \
       >"$work/out" 2>"$work/err" || status=$?
     cat "$work/out"
     if [ "$status" != 0 ]; then
@@ -128,8 +127,8 @@ for np in "${nps[@]}"; do
       [ "$status" != 124 ] || die "$ex at $np ranks did not finish in ${limit}s"
       die "$ex at $np ranks exited with status $status"
     fi
-    grep -qxF " $(verdict_of "$ex")" "$work/out" ||
-      { cat "$work/err" >&2; die "$ex at $np ranks: no '$(verdict_of "$ex")' line"; }
+    grep -qxF " $(mpi_verdict_of "$ex")" "$work/out" ||
+      { cat "$work/err" >&2; die "$ex at $np ranks: no '$(mpi_verdict_of "$ex")' line"; }
     # A device's segments are unlinked when its QPs are destroyed: by
     # the time mpirun returns, nothing of this run is in /dev/shm.
     segments >"$work/after"

@@ -2,12 +2,14 @@
 # The real-kernel RDMA suite. Runs INSIDE the test VM (scripts/softrdma-vm),
 # started by scripts/vm-test.sh, which builds everything on the host first:
 #
-#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR
+#   scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR \
+#     MPI_EXAMPLES_DIR
 #
 # TEST_BINS is a ':'-separated list of test binaries (tests/verbs_device.rs,
 # tests/uverbs_raw.rs, ...), each run with one test thread. C_EXAMPLES_DIR
 # holds the C examples vm-test.sh built against the installed verbs-enabled
-# library with pkg-config.
+# library with pkg-config, MPI_EXAMPLES_DIR the MPI examples it built
+# against that library with mpicc.
 #
 # Stages (each must pass; the first failure fails the suite, after the
 # remaining stages have run so one run shows every failure):
@@ -36,7 +38,15 @@
 #              installed library with pkg-config only, on rxe0 (plain and
 #              under ASan+UBSan), and their refusal on siw0, which needs
 #              rdma_cm (scripts/vm-c-examples.sh)
-#   (the verbs, interop and c-examples stages run twice: on rdma-direct's
+#   mpi        examples/mpi/ (all-to-all WRITE bandwidth, ring SEND latency,
+#              a FETCH_AND_ADD counter, rdma-direct vs MPI point to point),
+#              each one `mpirun -np 4` in the VM with its verdict checked:
+#              4 ranks on rxe0, and 4 ranks across the two rxe devices of
+#              the veth pair (ranks 0,1 on one, 2,3 on the other) with the
+#              RoCE traffic counted on both veth ends; GIDs checked against
+#              sysfs, an unknown device and a wrong GID index refused
+#              loudly (scripts/vm-mpi.sh)
+#   (the verbs, interop, c-examples and mpi stages run twice: on rdma-direct's
 #   own rxe/siw rings, RDMA_DIRECT_DATA_PATH=direct, and on libibverbs'
 #   providers, =fallback)
 #   two-host   our programs on the two devices of the veth pair: pingpong
@@ -50,12 +60,12 @@ if [ "${IN_RDMA_VM:-0}" != 1 ]; then
   echo "vm-suite.sh: run inside the test VM (scripts/vm-test.sh does that)" >&2
   exit 2
 fi
-if [ $# -ne 3 ] || [ -z "$1" ] || [ ! -d "$2" ] || [ ! -d "$3" ]; then
-  echo "usage: vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR" >&2
+if [ $# -ne 4 ] || [ -z "$1" ] || [ ! -d "$2" ] || [ ! -d "$3" ] || [ ! -d "$4" ]; then
+  echo "usage: vm-suite.sh TEST_BINS EXAMPLES_DIR C_EXAMPLES_DIR MPI_EXAMPLES_DIR" >&2
   exit 2
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-TESTBIN=$1 EXDIR=$2 CEXDIR=$3
+TESTBIN=$1 EXDIR=$2 CEXDIR=$3 MPIEXDIR=$4
 failed=()
 SECONDS=0
 
@@ -89,6 +99,7 @@ for path in direct fallback; do
   done
   stage "$path:interop" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-interop.sh" "$EXDIR"
   stage "$path:c-examples" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-c-examples.sh" "$CEXDIR"
+  stage "$path:mpi" env RDMA_DIRECT_DATA_PATH=$path bash "$HERE/vm-mpi.sh" "$MPIEXDIR"
 done
 stage two-host bash "$HERE/vm-two-host.sh" "$EXDIR"
 

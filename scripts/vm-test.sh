@@ -2,13 +2,13 @@
 # Real kernel RDMA (rxe and siw) for rdma-direct's verbs backend: builds and
 # caches the test VM, builds the verbs tests and the examples on the host
 # (`--features verbs`), installs the verbs-enabled C library into a prefix
-# and builds the C examples against it with pkg-config, and runs
-# scripts/vm-suite.sh inside the VM.
+# and builds the C examples against it with pkg-config and the MPI examples
+# with mpicc, and runs scripts/vm-suite.sh inside the VM.
 #
 #   scripts/vm-test.sh
 #
 # Time budget (2-core CI machine, TCG emulation): image build 2.5-3 min the
-# first time (cached afterwards), host build ~2-4 min, VM suite ~1-3 min; every
+# first time (cached afterwards), host build ~2-4 min, VM suite ~4-6 min; every
 # step has a timeout (VM_TIMEOUT for the VM run, default 1500 s).
 #
 # Preconditions, checked before anything is built (each failure says what
@@ -117,9 +117,18 @@ for ex in pingpong write_bw; do
 done
 echo "vm-test: C examples built in $CEXDIR with: pkg-config --cflags --libs --static rdma-direct = $PC_FLAGS"
 
+# The MPI examples (examples/mpi/), built with mpicc against the same
+# installed library exactly as scripts/mpi-examples.sh builds them for the
+# host; scripts/vm-mpi.sh runs them on rxe0 and across the veth pair (the
+# guest has Open MPI's runtime: GUEST_PKGS in build-vm.sh).
+echo "vm-test: building the MPI examples with mpicc against the installed library"
+MPIEXDIR=$T/mpi-examples
+rm -rf "$MPIEXDIR"
+bash scripts/mpi-examples.sh --build "$CPREFIX" "$MPIEXDIR"
+
 echo "vm-test: running the suite in the VM"
 # The ':'-joined list is not a path vm-run.sh can see: share the test
 # binaries' directory explicitly (all come from one target directory).
 BINDIR=$(dirname "${TESTBIN%%:*}")
-VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR:$T/ffi-verbs:$CEXDIR VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
-  scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR" "$CEXDIR"
+VM_SHARES=${VM_SHARES:+$VM_SHARES:}$BINDIR:$T/ffi-verbs:$CEXDIR:$MPIEXDIR VM_TIMEOUT=${VM_TIMEOUT:-1500} VM_TIME=1 \
+  scripts/softrdma-vm/vm-run.sh bash scripts/vm-suite.sh "$TESTBIN" "$EXDIR" "$CEXDIR" "$MPIEXDIR"

@@ -1,7 +1,8 @@
 /*
  * alltoall_bw: all-to-all RDMA WRITE bandwidth over a full mesh of RC QPs
  * built with rdd_mesh_create (MPI_Allgather as its allgather), on the
- * cross-process software fabric, in the style of perftest's ib_write_bw.
+ * cross-process software fabric or a kernel RDMA device (--device,
+ * mesh.h), in the style of perftest's ib_write_bw.
  *
  * Every round, every rank writes one block of `size` bytes into every
  * other rank's published region (one signaled WRITE per peer), waits for
@@ -153,7 +154,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--timeout") == 0) {
             timeout_s = mx_number("--timeout", argv[++a], 1, 3600);
         } else {
-            mx_usage("[--wait event|adaptive|busy|yield] [--size BYTES] [--iters N] [--warmup N]"
+            mx_usage(MX_COMMON_USAGE " [--size BYTES] [--iters N] [--warmup N]"
                      " [--timeout S]");
         }
     }

@@ -2,7 +2,7 @@
  * atomic_counter: a shared counter in rank 0's memory, incremented by
  * every rank with RDMA FETCH_AND_ADD over a full mesh built with
  * rdd_mesh_create (MPI_Allgather as its allgather), on the cross-process
- * software fabric.
+ * software fabric or a kernel RDMA device (--device, mesh.h).
  *
  * Every rank runs `--count` FETCH_AND_ADDs of 1 on one 8-byte word of
  * rank 0's published region, keeping up to `--window` of them
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--timeout") == 0) {
             timeout_s = mx_number("--timeout", argv[++a], 1, 3600);
         } else {
-            mx_usage("[--wait event|adaptive|busy|yield] [--count N] [--window W] [--timeout S]");
+            mx_usage(MX_COMMON_USAGE " [--count N] [--window W] [--timeout S]");
         }
     }
     memset(&cfg, 0, sizeof(cfg));

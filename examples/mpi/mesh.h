@@ -1,9 +1,12 @@
 /*
  * Shared by the MPI examples (alltoall_bw.c, ring_lat.c,
- * atomic_counter.c, p2p_vs_mpi.c): every rank opens a software device on
- * the cross-process fabric (rdd_device_open_fabric, its device thread
- * started), registers its regions, and builds a full mesh of connected
- * RC QPs with rdd_mesh_create, MPI_Allgather being the allgather. Then
+ * atomic_counter.c, p2p_vs_mpi.c): every rank opens a device, registers
+ * its regions, and builds a full mesh of connected RC QPs with
+ * rdd_mesh_create, MPI_Allgather being the allgather. The device is a
+ * software device on the cross-process fabric (rdd_device_open_fabric,
+ * its device thread started) unless the options below name a kernel
+ * RDMA device (rdd_device_open_verbs; a library built with the verbs
+ * backend). Then
  * the figures every example prints (the mesh's setup time, QPs and memory
  * per rank), bounded completion waits, timing and argument helpers, and
  * the teardown.
@@ -18,6 +21,23 @@
  * on a machine with fewer cores than ranks this leaves the CPU to the
  * device threads, which is what moves the data (busy polling and
  * yielding compete with them: see docs/benchmarks.md).
+ *
+ * And the device options (the fabric when none is given):
+ *   --device NAME           every rank opens the kernel RDMA device NAME
+ *                           (rxe0, mlx5_0, ...; RoCE or InfiniBand: the C
+ *                           API connects iWARP QPs only through rdma_cm,
+ *                           which it does not offer)
+ *   --device-by-rank A,B,.. rank r opens entry r * n / size of the n
+ *                           names, so the ranks split in blocks: at 4
+ *                           ranks, `A,B` puts ranks 0,1 on A and 2,3 on B
+ *   --gid-idx N             check that the GID each QP connects with is
+ *   --gid-idx-by-rank N,M,. entry N of port 1's GID table (one index, or
+ *                           one per --device-by-rank name). The C API has
+ *                           no GID index to choose: rdd_device_open_verbs
+ *                           takes the IPv4 RoCEv2 entry itself, and this
+ *                           makes a job fail loudly when that is not the
+ *                           entry the caller expects (e.g. the one
+ *                           perftest's -x uses).
  *
  * Everything is `static inline`, so an example that does not use a
  * function gets no unused-function warning. Define _POSIX_C_SOURCE
@@ -149,6 +169,9 @@ static inline void mx_usage(const char *usage)
     exit(2);
 }
 
+/* The device options: --device, --device-by-rank, --gid-idx. */
+#include "device.h"
+
 /* The allgather rdd_mesh_create runs its three rounds through: `ctx` is
  * an MPI_Comm *. Returns 0, or RDD_STATUS_CONNECT_FAILED when MPI fails
  * or the length does not fit MPI's int count. */
@@ -205,7 +228,12 @@ struct mx_mesh {
     size_t n_qps;
     size_t region_len;
     size_t local_len;
-    /* This device's fabric tag (GID bytes 8..16, 16 hex digits). */
+    /* The kernel device this rank opened (NULL: a fabric device). */
+    const char *dev_name;
+    /* The GID and path MTU this rank's mesh QPs connect with. */
+    uint8_t gid[16];
+    uint32_t mtu;
+    /* A fabric device's tag (GID bytes 8..16, 16 hex digits). */
     char tag[17];
     /* rdd_mesh_create's wall time: this rank's, and the max over ranks. */
     double setup_us;
@@ -216,8 +244,8 @@ struct mx_mesh {
     uint32_t recv_posted_wrs;
 };
 
-/* Opens this rank's fabric device, PD, CQs and regions and builds the
- * full mesh; every rank calls it with the same configuration. */
+/* Opens this rank's device, PD, CQs and regions and builds the full
+ * mesh; every rank calls it with the same configuration. */
 static inline void mx_open(struct mx_mesh *m, const struct mx_config *cfg)
 {
     uint32_t depth = 0;
@@ -243,9 +271,7 @@ static inline void mx_open(struct mx_mesh *m, const struct mx_config *cfg)
     if (m->qp == NULL || m->peer_region == NULL || inits == NULL) {
         mx_die("out of memory");
     }
-    MX_TRY(rdd_device_open_fabric(NULL, &m->dev));
-    /* The device thread serves the peers' requests as well as ours. */
-    MX_TRY(rdd_device_start(m->dev));
+    mx_open_device(&m->dev, &m->dev_name);
     MX_TRY(rdd_pd_alloc(m->dev, &m->pd));
     for (i = 0; i < npeers; i++) {
         inits[i] = cfg->qp;
@@ -317,8 +343,16 @@ static inline void mx_open(struct mx_mesh *m, const struct mx_config *cfg)
     m->scq.n = n;
     m->rcq.qps = m->scq.qps;
     m->rcq.n = n;
-    /* The tag of this device's fabric GID names the segments it creates. */
     MX_TRY(rdd_qp_query_info(m->qp[mx_rank == 0 ? 1 : 0], &info));
+    memcpy(m->gid, info.gid, sizeof(m->gid));
+    m->mtu = info.mtu;
+    if (m->dev_name != NULL) {
+        if (mx_ngids > 0) {
+            mx_check_gid(m->dev_name, mx_gids[mx_ngids == 1 ? 0 : mx_device_index()], m->gid);
+        }
+        return;
+    }
+    /* The tag of this device's fabric GID names the segments it creates. */
     for (i = 0; i < 8; i++) {
         snprintf(m->tag + 2 * i, 3, "%02x", info.gid[8 + i]);
     }
@@ -373,8 +407,8 @@ static inline uint64_t mx_page_round(uint64_t n)
 }
 
 /* Rank 0 prints the scale figures: the mesh's setup time (max over
- * ranks), QPs, registered, posted-receive and link memory per rank (max
- * over ranks). Collective. */
+ * ranks), QPs, registered, posted-receive and, on the fabric, link
+ * memory per rank (max over ranks). Collective. */
 static inline void mx_report_setup(struct mx_mesh *m)
 {
     uint64_t created = 0, attached = 0, mine[5], most[5];
@@ -382,10 +416,13 @@ static inline void mx_report_setup(struct mx_mesh *m)
      * after the connect: every rank has traffic or a barrier behind it
      * here, but give the device threads a moment on a busy machine. */
     double until = mx_now_us() + 2e6;
-    size_t segs = mx_link_maps(m, &created, &attached);
-    while (segs < 2 * m->n_qps && mx_now_us() < until) {
+    size_t segs = m->dev_name != NULL ? 0 : mx_link_maps(m, &created, &attached);
+    while (m->dev_name == NULL && segs < 2 * m->n_qps && mx_now_us() < until) {
         sched_yield();
         segs = mx_link_maps(m, &created, &attached);
+    }
+    if (m->dev_name != NULL) {
+        mx_report_devices(m->gid, m->mtu);
     }
     mine[0] = m->region_len + m->local_len;
     mine[1] = m->recv_posted_bytes;
@@ -396,9 +433,9 @@ static inline void mx_report_setup(struct mx_mesh *m)
     if (mx_rank != 0) {
         return;
     }
-    printf(" ranks                    : %d (one fabric device per rank, device thread "
-           "started)\n",
-           mx_size);
+    printf(" ranks                    : %d (%s)\n", mx_size,
+           m->dev_name != NULL ? "one kernel device handle per rank, rdd_device_open_verbs"
+                               : "one fabric device per rank, device thread started");
     printf(" mesh setup               : %.1f ms (rdd_mesh_create wall time, max over ranks; "
            "3 MPI_Allgather rounds)\n",
            m->setup_max_us / 1e3);
@@ -406,6 +443,10 @@ static inline void mx_report_setup(struct mx_mesh *m)
     printf(" registered per rank      : %llu bytes\n", (unsigned long long)most[0]);
     printf(" posted receives per rank : %llu bytes in %llu receive WRs\n",
            (unsigned long long)most[1], (unsigned long long)most[2]);
+    if (m->dev_name != NULL) {
+        fflush(stdout);
+        return;
+    }
     printf(" link shm per rank        : %llu bytes created + %llu bytes of peers' mapped "
            "(%zu x %llu expected created, page-rounded)\n",
            (unsigned long long)most[3], (unsigned long long)most[4], m->n_qps,
@@ -435,11 +476,15 @@ static inline const char *mx_wait_name(void)
     }
 }
 
-/* The options every example takes: `--wait MODE`. Returns 1 (and moves
- * `*a` past the value) when argv[*a] is one. */
+/* The options every example takes: `--wait MODE` and the device
+ * options. Returns 1 (and moves `*a` past the value) when argv[*a] is
+ * one. */
 static inline int mx_common_arg(int argc, char **argv, int *a)
 {
     const char *v;
+    if (mx_device_arg(argc, argv, a)) {
+        return 1;
+    }
     if (strcmp(argv[*a], "--wait") != 0) {
         return 0;
     }
@@ -568,11 +613,15 @@ static inline double mx_quantile(const double *sorted, size_t n, double q)
 /* Where the figures come from, so nobody reads them as a network's. */
 static inline void mx_report_machine(void)
 {
-    if (mx_rank == 0) {
+    if (mx_rank == 0 && mx_ndevs == 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         printf(" medium                   : the software fabric: %d processes on one host "
                "(%ld cores online), shared-memory rings between device threads, no NIC\n",
                mx_size, cores);
+    } else if (mx_rank == 0) {
+        mx_report_device_medium();
+    }
+    if (mx_rank == 0) {
         printf(" completion wait          : %s\n", mx_wait_name());
     }
 }

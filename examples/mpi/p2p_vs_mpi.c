@@ -1,7 +1,8 @@
 /*
  * p2p_vs_mpi: point-to-point latency and bandwidth between rank 0 and
- * rank 1, through rdma-direct on the cross-process software fabric and
- * through MPI_Send / MPI_Recv, in the same run, side by side.
+ * rank 1, through rdma-direct on the cross-process software fabric (or a
+ * kernel RDMA device: --device, mesh.h) and through MPI_Send / MPI_Recv,
+ * in the same run, side by side.
  *
  * Every rank joins the mesh (rdd_mesh_create with MPI_Allgather); only
  * ranks 0 and 1 measure, the others wait at the barriers between tests.
@@ -265,7 +266,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--timeout") == 0) {
             timeout_s = mx_number("--timeout", argv[++a], 1, 3600);
         } else {
-            mx_usage("[--wait event|adaptive|busy|yield] [--lat-size B] [--lat-iters N]"
+            mx_usage(MX_COMMON_USAGE " [--lat-size B] [--lat-iters N]"
                      " [--bw-size B] [--bw-iters N] [--window W] [--timeout S]");
         }
     }

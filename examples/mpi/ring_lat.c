@@ -1,7 +1,8 @@
 /*
  * ring_lat: latency of a token passed around a ring of ranks with RC
  * SENDs over a full mesh built with rdd_mesh_create (MPI_Allgather as
- * its allgather), on the cross-process software fabric.
+ * its allgather), on the cross-process software fabric or a kernel RDMA
+ * device (--device, mesh.h).
  *
  * Rank r SENDs to rank r + 1 (mod n) and receives from rank r - 1. Each
  * iteration rank 0 sends a ping; every other rank, on receiving it,
@@ -152,7 +153,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[a], "--timeout") == 0) {
             timeout_s = mx_number("--timeout", argv[++a], 1, 3600);
         } else {
-            mx_usage("[--wait event|adaptive|busy|yield] [--size BYTES] [--iters N] [--warmup N]"
+            mx_usage(MX_COMMON_USAGE " [--size BYTES] [--iters N] [--warmup N]"
                      " [--timeout S]");
         }
     }

@@ -59,7 +59,7 @@ VMDIR=${VMDIR:-$HOME/.cache/rdma-direct-vm}
 KERNEL=${KERNEL:-6.1}
 SUITE=bookworm
 # Bump when the recipe changes in a way that needs existing images rebuilt.
-RECIPE=3
+RECIPE=4
 
 case "$KERNEL" in
   6.1|6.12) ;;
@@ -112,8 +112,10 @@ SECURITY_MIRROR=${SECURITY_MIRROR:-$(apt_mirror_for "$SUITE-security" | head -n 
 # Packages of the guest. rdma tools: ibverbs-utils (ibv_devinfo,
 # ibv_rc_pingpong, ...), rdmacm-utils (rping, ucmatose, rdma_server/client),
 # perftest (ib_write_bw, ib_write_lat, ...), iproute2 (ip, rdma), valgrind
-# (user-space instruction counts of the benchmarks, scripts/vm-bench-instr.sh).
-GUEST_PKGS=initramfs-tools,kmod,procps,iproute2,iputils-ping,rdma-core,libibverbs1,librdmacm1,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,valgrind
+# (user-space instruction counts of the benchmarks, scripts/vm-bench-instr.sh),
+# openmpi-bin (mpirun and libopenmpi3, the runtime of the MPI examples that
+# scripts/vm-test.sh builds on the host with mpicc; scripts/vm-mpi.sh).
+GUEST_PKGS=initramfs-tools,kmod,procps,iproute2,iputils-ping,rdma-core,libibverbs1,librdmacm1,ibverbs-providers,ibverbs-utils,rdmacm-utils,perftest,valgrind,openmpi-bin
 [ "$KERNEL" = 6.1 ] && GUEST_PKGS=linux-image-amd64,$GUEST_PKGS
 KEY=$(printf '%s|' "$RECIPE" "$SUITE" "$MIRROR" "$KERNEL" "$GUEST_PKGS" | sha256sum | cut -c1-20)
 
