@@ -1612,7 +1612,9 @@ typedef struct rdd_connect_attr {
      */
     uint8_t rnr_retry;
     /**
-     * Transport retries, 0..7.
+     * Transport retries, 0..7 (as in the IB spec, 7 is seven retries,
+     * then the WR fails with `RDD_WC_RETRY_EXC_ERR`; rxe would retry
+     * forever at 7, so on rxe the QP is given 6).
      */
     uint8_t retry_cnt;
     /**

@@ -62,9 +62,10 @@ if [ "$bench" = 1 ]; then
   args_p2p_vs_mpi=(--lat-iters 500 --bw-iters 50)
 fi
 # rxe notices a dead peer only when the transport gives up: with the
-# mesh's retry_cnt 7 and the default timeout exponent 14, after 8
-# unanswered retransmissions 67 ms apart (about 0.54 s; slower under
-# TCG), not within the fabric's 250 ms.
+# default timeout exponent 14, after the retransmissions 67 ms apart run
+# out (the mesh asks for retry_cnt 7; rxe would retry forever at 7, so
+# the library gives it 6: about half a second, slower under TCG), not
+# within the fabric's 250 ms.
 args_peer_loss=(--bound-ms 5000 --timeout 120)
 for ex in "${mpi_examples[@]}"; do
   if [ ! -x "$BIN/$ex" ]; then

@@ -9,8 +9,10 @@
  *   cross-process fabric, the default, the liveness check notices a dead
  *   peer within about 10 ms plus one device pass: docs/spec/fabric.md §5;
  *   on a kernel device (`--device`, mesh.h) only the transport's retry
- *   timer does, about 0.54 s with the mesh's retry_cnt 7 and the default
- *   timeout exponent 14, so give it `--bound-ms` accordingly);
+ *   timer does: 4.096 us * 2^14 (the default timeout exponent) per
+ *   unanswered try, 8 tries with the mesh's retry_cnt 7 (7 on rxe, which
+ *   would retry forever at 7, so the library gives it 6), about half a
+ *   second, longer under emulation; give it `--bound-ms` accordingly);
  * - no poller hangs: every wait has a deadline (`--timeout`);
  * - traffic between survivors is untouched: WRITEs to the next survivor
  *   all succeed, before and after the loss, and land with the right
@@ -164,16 +166,19 @@ static void survive(struct mx_mesh *m, rdd_wc *wc, uint32_t victim, uint32_t nex
                 mx_die("a completion of a WR this rank did not post");
             }
         }
+        /* The deadline is checked on every round: completions of the
+         * WRITEs between survivors keep coming, so an empty poll may
+         * never happen while the WRITEs to the dead rank hang. */
+        if (mx_now_us() > deadline) {
+            char msg[200];
+            snprintf(msg, sizeof(msg),
+                     "%u WRITEs to rank %u and %u to rank %u still outstanding after %.0f s "
+                     "(%s)",
+                     v_out, victim, r_out, next, timeout_us / 1e6,
+                     errored ? "after the loss was noticed" : "the loss was never noticed");
+            mx_die(msg);
+        }
         if (got == 0) {
-            if (mx_now_us() > deadline) {
-                char msg[200];
-                snprintf(msg, sizeof(msg),
-                         "%u WRITEs to rank %u and %u to rank %u still outstanding after %.0f s "
-                         "(%s)",
-                         v_out, victim, r_out, next, timeout_us / 1e6,
-                         errored ? "after the loss was noticed" : "the loss was never noticed");
-                mx_die(msg);
-            }
             sched_yield();
         }
     }

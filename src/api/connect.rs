@@ -43,7 +43,10 @@ pub struct ConnectAttr {
     pub access: Access,
     /// RNR retries (7 = infinite).
     pub rnr_retry: u8,
-    /// Transport retries.
+    /// Transport retries, 0..7 (as in the IB spec, 7 is seven retries,
+    /// then [`crate::completion::WcStatus`]'s retry-exceeded; rxe would
+    /// retry forever at 7, so on rxe the QP is given 6:
+    /// `DeviceCaps::retry7_unbounded` under the `verbs` feature).
     pub retry_cnt: u8,
     /// Local ACK timeout (IB encoding: 4.096 µs · 2^timeout).
     pub timeout: u8,

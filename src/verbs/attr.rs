@@ -66,7 +66,10 @@ pub(crate) fn qp_attr(m: &QpModify, caps: &DeviceCaps) -> (sys::ibv_qp_attr, u32
         QpState::Rts => {
             a.sq_psn = m.sq_psn & 0xff_ffff;
             a.timeout = m.timeout;
-            a.retry_cnt = m.retry_cnt.min(7);
+            // On a driver that retries forever at 7, ask for 6 so a gone
+            // peer still ends in RETRY_EXC (`DeviceCaps::retry7_unbounded`).
+            let most = if caps.retry7_unbounded { 6 } else { 7 };
+            a.retry_cnt = m.retry_cnt.min(most);
             a.rnr_retry = m.rnr_retry.min(7);
             a.max_rd_atomic = clamp_rd(m.max_rd_atomic, caps.max_qp_init_rd_atom);
             if m.rate_limit_kbps != 0 {
@@ -100,5 +103,37 @@ fn qp_state(s: QpState) -> u32 {
         QpState::Rtr => S::IBV_QPS_RTR,
         QpState::Rts => S::IBV_QPS_RTS,
         QpState::Error => S::IBV_QPS_ERR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RTS attributes for `retry_cnt` on a device with `caps`.
+    fn rts_retry(retry_cnt: u8, caps: &DeviceCaps) -> u8 {
+        let mut m = QpModify::to(QpState::Rts);
+        m.retry_cnt = retry_cnt;
+        qp_attr(&m, caps).0.retry_cnt
+    }
+
+    #[test]
+    fn retry_count_seven_is_bounded_on_drivers_that_would_retry_forever() {
+        let ib = DeviceCaps::default();
+        let rxe = DeviceCaps {
+            retry7_unbounded: true,
+            ..DeviceCaps::default()
+        };
+        // Seven is seven where the driver follows the IB spec.
+        assert_eq!(rts_retry(7, &ib), 7);
+        // rxe would retry forever at 7: it gets 6, the nearest bound.
+        assert_eq!(rts_retry(7, &rxe), 6);
+        for n in 0..=6 {
+            assert_eq!(rts_retry(n, &rxe), n);
+            assert_eq!(rts_retry(n, &ib), n);
+        }
+        // Out of range asks are capped as before.
+        assert_eq!(rts_retry(200, &ib), 7);
+        assert_eq!(rts_retry(200, &rxe), 6);
     }
 }

@@ -32,7 +32,7 @@ use core::ffi::CStr;
 
 use rdma_sys as sys;
 
-use super::{check, fail, fail_errno, VerbsDevice};
+use super::{check, fail, fail_errno, DeviceCaps, VerbsDevice};
 use crate::api::{Backend, Qp, Transport};
 use crate::completion::QpState;
 use crate::error::{Error, Result};
@@ -425,7 +425,10 @@ impl Drop for CmConnection {
     }
 }
 
-fn conn_param(qpn: u32, o: &CmOptions) -> Result<sys::rdma_conn_param> {
+/// The connection parameters for `rdma_connect` / `rdma_accept`. The QP's
+/// transport retry count comes from `retry_count`: on a driver that
+/// retries forever at 7 it is asked for 6 (`DeviceCaps::retry7_unbounded`).
+fn conn_param(qpn: u32, o: &CmOptions, caps: &DeviceCaps) -> Result<sys::rdma_conn_param> {
     if o.private_data.len() > 196 {
         return Err(Error::InvalidAttribute);
     }
@@ -439,7 +442,7 @@ fn conn_param(qpn: u32, o: &CmOptions) -> Result<sys::rdma_conn_param> {
         responder_resources: o.responder_resources,
         initiator_depth: o.initiator_depth,
         flow_control: 0,
-        retry_count: o.retry_count.min(7),
+        retry_count: o.retry_count.min(if caps.retry7_unbounded { 6 } else { 7 }),
         rnr_retry_count: o.rnr_retry_count.min(7),
         srq: 0,
         qp_num: qpn,
@@ -528,7 +531,7 @@ pub fn connect(
     let iwarp = qp.backend().port().transport == Transport::Iwarp;
     cm_modify(conn.id, qp, QpState::Init, None)?;
     before(qp)?;
-    let mut p = conn_param(qp.qpn(), opts)?;
+    let mut p = conn_param(qp.qpn(), opts, &qp.backend().caps())?;
     // SAFETY: live id; `p` and its private data live for the call.
     check("rdma_connect", unsafe {
         sys::rdma_connect(conn.id, &mut p)
@@ -650,7 +653,7 @@ impl CmListener {
             let mut o = opts.clone();
             o.responder_resources = o.responder_resources.min(conn.initiator_depth.max(1));
             o.initiator_depth = o.initiator_depth.min(conn.responder_resources);
-            let mut p = conn_param(qp.qpn(), &o)?;
+            let mut p = conn_param(qp.qpn(), &o, &qp.backend().caps())?;
             // SAFETY: live id; `p` lives for the call.
             check("rdma_accept", unsafe { sys::rdma_accept(conn.id, &mut p) })?;
             Ok::<_, Error>(iwarp)

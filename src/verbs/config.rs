@@ -79,4 +79,11 @@ pub struct DeviceCaps {
     /// or `_2B`): rkeys that can be bound and invalidated without
     /// re-registering (see [`crate::expose`]).
     pub memory_windows: bool,
+    /// The kernel driver retries forever when a QP's transport
+    /// `retry_cnt` is 7 (rxe: its completer decrements the count only
+    /// while it is not 7, `drivers/infiniband/sw/rxe/rxe_comp.c`), where
+    /// the IB spec makes 7 seven retries and only `rnr_retry` 7 infinite.
+    /// A peer that is gone is then never noticed. The crate asks such a
+    /// device for 6 instead of 7, the nearest bounded count.
+    pub retry7_unbounded: bool,
 }

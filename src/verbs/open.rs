@@ -208,6 +208,7 @@ impl VerbsDevice {
                 & (sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
                     | sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0)
                 != 0,
+            retry7_unbounded: matches!(kind, Some(uverbs::Kind::Rxe)),
         };
         if path == DataPath::Direct && direct.is_none() && !caps.direct_mlx5 {
             // No direct path for this device.

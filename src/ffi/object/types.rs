@@ -154,7 +154,9 @@ pub struct rdd_connect_attr {
     pub access: u32,
     /// RNR retries, 0..7 (7 = infinite).
     pub rnr_retry: u8,
-    /// Transport retries, 0..7.
+    /// Transport retries, 0..7 (as in the IB spec, 7 is seven retries,
+    /// then the WR fails with `RDD_WC_RETRY_EXC_ERR`; rxe would retry
+    /// forever at 7, so on rxe the QP is given 6).
     pub retry_cnt: u8,
     /// GRH traffic class: the DSCP/ECN byte on RoCEv2, so this QP's
     /// traffic can sit on its own PFC priority (0: default).
