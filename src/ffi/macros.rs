@@ -20,6 +20,16 @@ impl PanicValue for rdd_status {
     }
 }
 
+/// A fast path run inside its own boundary (`rdd_mlx5_sq_post_ring`)
+/// reports a panic as the export's status, and is then done (`Some`).
+#[cfg(feature = "std")]
+impl PanicValue for Option<rdd_status> {
+    #[inline]
+    fn panic_value() -> Self {
+        Some(rdd_status::Panic)
+    }
+}
+
 /// Exports that return a count or a negative status (`rdd_cq_poll_n`)
 /// report a panic as `-RDD_STATUS_PANIC`.
 #[cfg(feature = "std")]

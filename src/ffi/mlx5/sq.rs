@@ -4,7 +4,7 @@ use core::ptr::NonNull;
 
 use super::check_array;
 use super::desc::{rdd_mlx5dv_qp, rdd_qp_caps, sq_config};
-use super::shapes::{post_send_wr, Post, PostOne, Poster};
+use super::shapes::{post_send_wr, post_typed_wr, Post, PostOne, Poster};
 use super::storage::{rdd_mlx5_sq_slot, rdd_mlx5_sq_storage};
 use crate::ffi::handle;
 use crate::ffi::status::rdd_status;
@@ -271,19 +271,90 @@ pub unsafe extern "C" fn rdd_mlx5_sq_post_ring(
     n: usize,
     out_bad_index: *mut usize,
 ) -> rdd_status {
-    // The work is out of line, so that the panic boundary's closure stays
-    // small enough to be inlined: a large one is called through a
-    // closure-capture block in unwinding builds (the arguments spilled to
-    // the stack and read back through pointers).
+    // A single request of a typed shape is posted here, inside the first
+    // panic boundary; every other call, and a single request of another
+    // shape, is `post_ring`'s, out of line and after that boundary, so
+    // that the call is a tail call and this function needs no stack frame
+    // of its own on the fast path. (A large boundary closure, such as
+    // `post_ring` inlined, is called through a closure-capture block in
+    // unwinding builds: the arguments spilled to the stack and read back
+    // through pointers.)
+    // SAFETY: the caller's contract, forwarded.
+    let posted = ffi_boundary!({ unsafe { post_ring_single(sq, wrs, n, out_bad_index) } });
+    match posted {
+        Some(status) => status,
+        // SAFETY: the caller's contract, forwarded.
+        None => unsafe { post_ring_slow(sq, wrs, n, out_bad_index) },
+    }
+}
+
+/// [`post_ring`] inside its own panic boundary. `extern "C"`, the
+/// export's own convention, so that the export's call of it compiles to a
+/// jump (with the Rust ABI it did not).
+///
+/// # Safety
+/// As for [`rdd_mlx5_sq_post_ring`].
+#[inline(never)]
+unsafe extern "C" fn post_ring_slow(
+    sq: *mut rdd_mlx5_sq_storage,
+    wrs: *const rdd_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> rdd_status {
     // SAFETY: the caller's contract, forwarded.
     ffi_boundary!({ unsafe { post_ring(sq, wrs, n, out_bad_index) } })
+}
+
+/// The one-request fast path of [`rdd_mlx5_sq_post_ring`]: `n` is 1, the
+/// arguments are valid and the request has a typed shape
+/// ([`post_typed_wr`]). It does what [`post_ring`] does for such a call
+/// (the same checks in the same order, the same WQE through
+/// [`SendQueue::post_one`], on a refusal the same ring of pending WQEs and
+/// index 0), without the loop and the call. `None`: nothing was written
+/// (the handle may have been checked) and the call is [`post_ring`]'s.
+///
+/// # Safety
+/// As for [`rdd_mlx5_sq_post_ring`].
+#[inline(always)]
+unsafe fn post_ring_single(
+    sq: *mut rdd_mlx5_sq_storage,
+    wrs: *const rdd_wr,
+    n: usize,
+    out_bad_index: *mut usize,
+) -> Option<rdd_status> {
+    // The checks of `send_post_args` that can fail before the handle's
+    // are left to `post_ring`; with these true, the handle's status is
+    // the first one it could return.
+    if n != 1 || out_bad_index.is_null() || wrs.is_null() || !wrs.is_aligned() {
+        return None;
+    }
+    // SAFETY: caller contract on `sq`.
+    let queue = match unsafe { handle::get(sq) } {
+        Ok(q) => q,
+        Err(status) => return Some(status),
+    };
+    // SAFETY: non-NULL and aligned (checked), one readable request
+    // (caller contract).
+    let wr = unsafe { &*wrs };
+    // SAFETY: the SGE and posting contracts are the caller's.
+    let posted = unsafe { post_typed_wr(wr, &mut PostOne(&mut *queue)) }?;
+    Some(match posted {
+        Ok(()) => rdd_status::Ok,
+        Err(status) => {
+            // As `post_ring`: a refused request rings what was pending.
+            queue.ring();
+            // SAFETY: non-NULL (checked), valid for a write (contract).
+            unsafe { out_bad_index.write_unaligned(0) };
+            status
+        }
+    })
 }
 
 /// The body of [`rdd_mlx5_sq_post_ring`].
 ///
 /// # Safety
 /// As for [`rdd_mlx5_sq_post_ring`].
-#[inline(never)]
+#[inline(always)]
 unsafe fn post_ring(
     sq: *mut rdd_mlx5_sq_storage,
     wrs: *const rdd_wr,

@@ -442,3 +442,96 @@ fn deferred_per_opcode_posts_match_without_any_doorbell() {
     }
     assert!(a.state() == b.state());
 }
+
+#[test]
+fn post_ring_of_one_writes_what_post_then_ring_writes() {
+    // `rdd_mlx5_sq_post_ring` of one request (its one-request fast path
+    // for the typed shapes) against `rdd_mlx5_sq_post` of the same request
+    // then `rdd_mlx5_sq_ring`, whatever the request's status: the same
+    // status, the same index and the same state. Each request follows a deferred SEND
+    // left pending, which a refused request rings as well. The cases: every
+    // opcode with SGE payload, a zero length, a length of 2^31 (refused
+    // after the shape test), an immediate or a flag that leaves the typed
+    // paths, a misaligned array, and a full ring (round 0 lets it fill).
+    let cases: [(u32, u32, Option<u32>, bool); 6] = [
+        (8, RDD_SEND_SIGNALED, None, false),
+        (0, RDD_SEND_FENCE | RDD_SEND_SOLICITED, None, false),
+        (1 << 31, RDD_SEND_SIGNALED, None, false),
+        (8, RDD_SEND_SIGNALED, Some(5), false),
+        (8, RDD_SEND_SIGNALED | 0x100, None, false),
+        (8, RDD_SEND_SIGNALED, None, true),
+    ];
+    for sq_flags in [RDD_MLX5_SQ_BF_NEVER, 0] {
+        let mut a = Raw::new(8, sq_flags);
+        let mut b = Raw::new(8, sq_flags);
+        let mut id = 0u64;
+        for round in 0..3 {
+            for op in OPS {
+                if matches!(op, Op::WriteInline | Op::SendInline) {
+                    continue;
+                }
+                for (len, flags, imm, misaligned) in cases {
+                    // SAFETY: live handles (whole loop); SGEs never read;
+                    // `buf` holds the request at `at`, inside it.
+                    unsafe {
+                        let qa = handle::get(&mut *a.sq as *mut rdd_mlx5_sq_storage).unwrap();
+                        if round > 0 && qa.free_bbs() < 3 {
+                            let pi = qa.producer();
+                            qa.ring();
+                            qa.reset_counters(pi);
+                            let qb = handle::get(&mut *b.sq as *mut rdd_mlx5_sq_storage).unwrap();
+                            qb.ring();
+                            qb.reset_counters(pi);
+                        }
+                        let d = RDD_SEND_DEFER_DOORBELL;
+                        let pa = call(&mut *a.sq, Op::Send, id, 4, d);
+                        assert_eq!(pa, call(&mut *b.sq, Op::Send, id, 4, d));
+                        let (mut w, sge) = equivalent(op, id + 1, len, flags);
+                        w.sg_list = &sge;
+                        if let Some(i) = imm {
+                            w.imm_data = i;
+                        }
+                        let mut buf = [0u64; 9];
+                        let at = buf
+                            .as_mut_ptr()
+                            .cast::<u8>()
+                            .add(usize::from(misaligned) * 4);
+                        at.cast::<rdd_wr>().write_unaligned(w);
+                        let wr = at.cast::<rdd_wr>().cast_const();
+                        let (mut bad_a, mut bad_b) = (usize::MAX, usize::MAX);
+                        let got = rdd_mlx5_sq_post_ring(&mut *a.sq, wr, 1, &mut bad_a);
+                        let want = rdd_mlx5_sq_post(&mut *b.sq, wr, 1, &mut bad_b);
+                        // A refused array (not a refused request) is not
+                        // rung, as for more requests.
+                        if !misaligned {
+                            assert_eq!(rdd_mlx5_sq_ring(&mut *b.sq), rdd_status::Ok);
+                        }
+                        let what =
+                            std::format!("{op:?} len {len} flags {flags:#x} {imm:?} {misaligned}");
+                        assert_eq!((got, bad_a), (want, bad_b), "{what}");
+                        assert!(a.state() == b.state(), "{what}");
+                    }
+                    id += 2;
+                }
+            }
+        }
+        // The argument checks of a single request, on a queue with a
+        // pending WQE: nothing written, nothing rung.
+        // SAFETY: live handles; `w`'s SGE is never read.
+        unsafe {
+            let s = call(&mut *a.sq, Op::Send, id, 4, RDD_SEND_DEFER_DOORBELL);
+            assert_eq!(s, rdd_status::Ok);
+            let before = a.state();
+            let (mut w, sge) = equivalent(Op::Write, id, 8, RDD_SEND_SIGNALED);
+            w.sg_list = &sge;
+            let null = ptr::null_mut();
+            let s = rdd_mlx5_sq_post_ring(&mut *a.sq, &w, 1, null);
+            assert_eq!(s, rdd_status::NullParameter);
+            let mut bad = usize::MAX;
+            let mut dead = zeroed::<rdd_mlx5_sq_storage>();
+            let s = rdd_mlx5_sq_post_ring(&mut *dead, &w, 1, &mut bad);
+            assert_eq!((s, bad), (rdd_status::InvalidHandle, usize::MAX));
+            assert!(a.state() == before);
+        }
+    }
+}
