@@ -273,7 +273,7 @@ impl Engine {
 
         if remote {
             // The peer is another process's device (docs/spec/fabric.md).
-            return self.send_remote(qi, p, &local[..nlocal], total, now);
+            return self.send_remote(qi, p, &local[..nlocal], total);
         }
 
         // Remote side.

@@ -19,6 +19,12 @@ use crate::soft::wqe::{ParsedSend, MAX_SEGS};
 /// How often a requester with work outstanding checks that its peer's
 /// process still runs.
 const ALIVE_EVERY: Duration = Duration::from_millis(10);
+/// The most one gap between this device's passes adds to a QP's wait for
+/// an acknowledgement. A longer gap means this device was not running (a
+/// loaded or paused machine), not that the peer was silent: counting it
+/// whole would fail the QP the moment this device runs again, before the
+/// peer, descheduled alike, had a chance to answer.
+const MAX_PASS_GAP: Duration = Duration::from_millis(10);
 /// How often a QP whose peer has not made its segment yet looks again.
 const ATTACH_EVERY: Duration = Duration::from_millis(1);
 
@@ -69,7 +75,12 @@ pub(crate) struct Remote {
     tx_next: u32,
     tx_first: u32,
     inflight: VecDeque<Inflight>,
-    last_progress: Instant,
+    /// Time counted against `ack_bound` since the peer last answered (or
+    /// since the first outstanding WQE was sent): the gaps between this
+    /// device's passes, each at most [`MAX_PASS_GAP`].
+    waited: Duration,
+    /// This device's last pass of the QP.
+    last_pass: Instant,
     /// The acknowledgement bound: the IB local ACK timeout times the
     /// retry count plus one (none for a timeout of 0, as on IB).
     pub(crate) ack_bound: Option<Duration>,
@@ -92,12 +103,19 @@ impl Remote {
             tx_next: 0,
             tx_first: 0,
             inflight: VecDeque::new(),
-            last_progress: now,
+            waited: Duration::ZERO,
+            last_pass: now,
             ack_bound: None,
             rnr_retry: 7,
             next_alive: now,
             rx: RxState::default(),
         }
+    }
+
+    /// The peer answered (or the QP had nothing outstanding): the wait for
+    /// an acknowledgement starts again.
+    fn progress(&mut self) {
+        self.waited = Duration::ZERO;
     }
 
     /// Sets the bound from the RTS attributes: 4.096 µs · 2^`timeout`
@@ -248,7 +266,6 @@ impl Engine {
         p: &ParsedSend,
         local: &[(*mut u8, usize)],
         total: u64,
-        now: Instant,
     ) -> Outcome {
         let q = self.qps[qi].as_mut().expect("checked");
         let qpn = q.qpn;
@@ -320,7 +337,7 @@ impl Engine {
         }
         r.tx_next = 0;
         if !r.has_pending() {
-            r.last_progress = now;
+            r.progress();
         }
         r.inflight.push_back(Inflight {
             index: p.index,
@@ -393,7 +410,7 @@ impl Engine {
         }
         if !r.broken {
             work += self.serve_requests(qi, &mut r, now);
-            work += self.take_responses(qi, &mut r, now);
+            work += self.take_responses(qi, &mut r);
         }
         if r.inc.as_ref().is_some_and(|l| l.closed()) {
             // The peer's QP left RTR/RTS or was destroyed: what it had
@@ -402,10 +419,12 @@ impl Engine {
             r.fail_pending(syndrome::TRANSPORT_RETRY_EXC);
         }
         let mut failed = false;
+        // The wait clock runs only while this device runs (MAX_PASS_GAP).
+        let gap = now.saturating_duration_since(r.last_pass).min(MAX_PASS_GAP);
+        r.last_pass = now;
         if r.has_pending() {
-            let late = r
-                .ack_bound
-                .is_some_and(|b| now.duration_since(r.last_progress) > b);
+            r.waited += gap;
+            let late = r.ack_bound.is_some_and(|b| r.waited > b);
             let mut dead = r.broken;
             if !dead && now >= r.next_alive {
                 r.next_alive = now + ALIVE_EVERY;
@@ -428,7 +447,7 @@ impl Engine {
     }
 
     /// Applies the peer's responses to this QP's requests.
-    fn take_responses(&mut self, _qi: usize, r: &mut Remote, now: Instant) -> usize {
+    fn take_responses(&mut self, _qi: usize, r: &mut Remote) -> usize {
         let mut work = 0;
         while let Some(inc) = r.inc.as_mut() {
             let rec = match inc.resp.peek() {
@@ -459,7 +478,7 @@ impl Engine {
             if let Some(inc) = r.inc.as_mut() {
                 inc.resp.pop();
             }
-            r.last_progress = now;
+            r.progress();
             work += 1;
         }
         work
