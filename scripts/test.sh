@@ -12,6 +12,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/toolchains.sh
 . scripts/toolchains.sh   # RDD_NIGHTLY, and cargo's bin directory on PATH
 export CARGO_TERM_COLOR=never
+# The cross-process fabric says on stderr why a remote QP failed its WRs
+# with retry-exceeded (the expected ones in the fault tests, and any
+# unexpected one, whose reason is then in the log).
+export RDD_FABRIC_TRACE=${RDD_FABRIC_TRACE:-1}
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 SECONDS=0

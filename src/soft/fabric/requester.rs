@@ -19,6 +19,19 @@ use crate::soft::wqe::{ParsedSend, MAX_SEGS};
 /// How often a requester with work outstanding checks that its peer's
 /// process still runs.
 const ALIVE_EVERY: Duration = Duration::from_millis(10);
+/// With `RDD_FABRIC_TRACE` set in the environment, says on stderr why a
+/// remote QP fails its outstanding WRs with retry-exceeded (a diagnostic
+/// for tests and users chasing an unexpected RETRY_EXC; off by default).
+fn trace(qpn: u32, why: &str) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("RDD_FABRIC_TRACE").is_some()) {
+        std::eprintln!(
+            "rdma-direct fabric: pid {} QP {qpn:#x}: outstanding WRs fail with RETRY_EXC: {why}",
+            std::process::id()
+        );
+    }
+}
+
 /// The most one gap between this device's passes adds to a QP's wait for
 /// an acknowledgement. A longer gap means this device was not running (a
 /// loaded or paused machine), not that the peer was silent: counting it
@@ -416,6 +429,9 @@ impl Engine {
             // The peer's QP left RTR/RTS or was destroyed: what it had
             // not answered never will be.
             r.inc = None;
+            if r.has_pending() {
+                trace(qpn, "the peer closed its end");
+            }
             r.fail_pending(syndrome::TRANSPORT_RETRY_EXC);
         }
         let mut failed = false;
@@ -431,6 +447,16 @@ impl Engine {
                 dead = !peer::alive(gid_pid(&r.peer_gid));
             }
             if late || dead {
+                trace(
+                    qpn,
+                    if r.broken {
+                        "the link is broken"
+                    } else if dead {
+                        "the peer process is gone"
+                    } else {
+                        "no answer within the acknowledgement bound"
+                    },
+                );
                 r.fail_pending(syndrome::TRANSPORT_RETRY_EXC);
                 failed = true;
             }
