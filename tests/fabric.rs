@@ -23,13 +23,6 @@ fn fabric_child() {
     }
 }
 
-struct Side {
-    dev: Device<SoftDevice>,
-    pd: Pd<SoftDevice>,
-    cq: Cq<SoftDevice>,
-    qp: Qp<SoftDevice>,
-}
-
 fn side() -> Side {
     let dev = Device::new(SoftDevice::new(SoftConfig::fabric()));
     dev.backend().start();
@@ -62,14 +55,6 @@ fn wait_wc(s: &mut Side, within: Duration) -> Wc {
         std::hint::spin_loop();
     }
 }
-
-fn post(s: &mut Side, id: u64, op: SendOp, sge: &[rdma_direct::Sge], flags: SendFlags) {
-    s.qp.post_send_one(&SendWr::new(id, op, sge, flags))
-        .unwrap();
-}
-
-const SIG: SendFlags = SendFlags::SIGNALED;
-const BOUND: Duration = Duration::from_secs(20);
 
 #[test]
 fn every_rc_operation_crosses_the_process_boundary() {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use fabric_peer::*;
 use rdma_direct::api::*;
 use rdma_direct::soft::{SoftConfig, SoftDevice};
-use rdma_direct::{Remote, SendFlags, SendOp, SendWr};
+use rdma_direct::{Remote, SendOp};
 
 /// Entry point of the child processes (a no-op in the parent's run).
 #[test]
@@ -22,21 +22,6 @@ fn fabric_child() {
         run_child(&role);
     }
 }
-
-struct Side {
-    dev: Device<SoftDevice>,
-    pd: Pd<SoftDevice>,
-    cq: Cq<SoftDevice>,
-    qp: Qp<SoftDevice>,
-}
-
-fn post(s: &mut Side, id: u64, op: SendOp, sge: &[rdma_direct::Sge], flags: SendFlags) {
-    s.qp.post_send_one(&SendWr::new(id, op, sge, flags))
-        .unwrap();
-}
-
-const SIG: SendFlags = SendFlags::SIGNALED;
-const BOUND: Duration = Duration::from_secs(20);
 
 /// Waits until the child's state letter is `T` (stopped).
 fn wait_stopped(p: &Peer) {

@@ -84,6 +84,25 @@ impl Drop for Peer {
     }
 }
 
+/// The parent's side of a test: a fabric device, a PD, one CQ for both
+/// queues and a QP.
+pub struct Side {
+    pub dev: Device<SoftDevice>,
+    pub pd: Pd<SoftDevice>,
+    pub cq: Cq<SoftDevice>,
+    pub qp: Qp<SoftDevice>,
+}
+
+/// Posts one send WR on the side's QP.
+pub fn post(s: &mut Side, id: u64, op: SendOp, sge: &[rdma_direct::Sge], flags: SendFlags) {
+    s.qp.post_send_one(&SendWr::new(id, op, sge, flags))
+        .unwrap();
+}
+
+pub const SIG: SendFlags = SendFlags::SIGNALED;
+/// How long the parent waits for anything a healthy peer does.
+pub const BOUND: Duration = Duration::from_secs(20);
+
 /// `info` as one line.
 pub fn info_line(i: &QpInfo) -> String {
     let gid: String = i.gid.iter().map(|b| format!("{b:02x}")).collect();
