@@ -289,29 +289,12 @@ int main(int argc, char **argv)
         if (prev == victim) {
             prev = (prev + (uint32_t)mx_size - 1) % (uint32_t)mx_size;
         }
-        /* Every survivor learns how many ring WRITEs its predecessor sent. */
+        /* Every survivor learns how many ring WRITEs its predecessor sent
+         * (point to point between survivors: the dead rank takes no part). */
         MX_MPI(MPI_Comm_rank(surv, &srank));
         MX_MPI(MPI_Comm_size(surv, &ssize));
-        {
-            unsigned long *all = calloc((size_t)mx_size, sizeof(*all));
-            unsigned long me_sent = s.ok_ring;
-            int *ranks = calloc((size_t)ssize, sizeof(*ranks));
-            int wr = mx_rank, r;
-            unsigned long *sent = calloc((size_t)ssize, sizeof(*sent));
-            if (all == NULL || ranks == NULL || sent == NULL) {
-                mx_die("out of memory");
-            }
-            MX_MPI(MPI_Allgather(&wr, 1, MPI_INT, ranks, 1, MPI_INT, surv));
-            MX_MPI(MPI_Allgather(&me_sent, 1, MPI_UNSIGNED_LONG, sent, 1, MPI_UNSIGNED_LONG,
-                                 surv));
-            for (r = 0; r < ssize; r++) {
-                all[ranks[r]] = sent[r];
-            }
-            prev_sent = all[prev];
-            free(all);
-            free(ranks);
-            free(sent);
-        }
+        MX_MPI(MPI_Sendrecv(&s.ok_ring, 1, MPI_UNSIGNED_LONG, (int)next, 0, &prev_sent, 1,
+                            MPI_UNSIGNED_LONG, (int)prev, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
         k = prev_sent - 1;
         for (b = 0; prev != (uint32_t)mx_rank && b < size; b++) {
             if (m.region_buf[4096 + size + b] != ring_byte(prev, k, b)) {
