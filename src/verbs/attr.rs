@@ -66,10 +66,9 @@ pub(crate) fn qp_attr(m: &QpModify, caps: &DeviceCaps) -> (sys::ibv_qp_attr, u32
         QpState::Rts => {
             a.sq_psn = m.sq_psn & 0xff_ffff;
             a.timeout = m.timeout;
-            // On a driver that retries forever at 7, ask for 6 so a gone
-            // peer still ends in RETRY_EXC (`DeviceCaps::retry7_unbounded`).
-            let most = if caps.retry7_unbounded { 6 } else { 7 };
-            a.retry_cnt = m.retry_cnt.min(most);
+            // On a driver that retries forever at 7, 6, so a gone peer
+            // still ends in RETRY_EXC (`DeviceCaps::retry7_unbounded`).
+            a.retry_cnt = m.retry_cnt.min(caps.max_retry_cnt());
             a.rnr_retry = m.rnr_retry.min(7);
             a.max_rd_atomic = clamp_rd(m.max_rd_atomic, caps.max_qp_init_rd_atom);
             if m.rate_limit_kbps != 0 {

@@ -442,7 +442,7 @@ fn conn_param(qpn: u32, o: &CmOptions, caps: &DeviceCaps) -> Result<sys::rdma_co
         responder_resources: o.responder_resources,
         initiator_depth: o.initiator_depth,
         flow_control: 0,
-        retry_count: o.retry_count.min(if caps.retry7_unbounded { 6 } else { 7 }),
+        retry_count: o.retry_count.min(caps.max_retry_cnt()),
         rnr_retry_count: o.rnr_retry_count.min(7),
         srq: 0,
         qp_num: qpn,

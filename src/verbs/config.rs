@@ -87,3 +87,15 @@ pub struct DeviceCaps {
     /// device for 6 instead of 7, the nearest bounded count.
     pub retry7_unbounded: bool,
 }
+
+impl DeviceCaps {
+    /// The largest transport retry count the crate gives a QP on this
+    /// device: 7, or 6 where 7 would retry forever (`retry7_unbounded`).
+    pub fn max_retry_cnt(&self) -> u8 {
+        if self.retry7_unbounded {
+            6
+        } else {
+            7
+        }
+    }
+}
