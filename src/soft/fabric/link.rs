@@ -252,3 +252,37 @@ pub(crate) fn sweep() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soft::fabric::new_gid;
+
+    #[test]
+    fn a_peer_attaching_while_the_segment_is_made_waits() {
+        let (a, b) = (new_gid(), new_gid());
+        let n = name(&a, 0x100, &b, 0x200);
+        // The creator has named the segment and not sized it yet.
+        Segment::name_unsized(&n);
+        assert!(LinkIn::attach(&b, 0x200, &a, 0x100).unwrap().is_none());
+        // The creator finishes (replacing the name as a leftover), and the
+        // peer attaches.
+        let out = LinkOut::create(&a, 0x100, &b, 0x200, 256 * 1024).unwrap();
+        let inc = LinkIn::attach(&b, 0x200, &a, 0x100).unwrap();
+        assert!(inc.is_some());
+        drop((out, inc));
+    }
+
+    #[test]
+    fn a_segment_of_the_wrong_size_is_refused() {
+        let (a, b) = (new_gid(), new_gid());
+        let n = name(&a, 0x100, &b, 0x200);
+        let seg = Segment::create(&n, LINK_HEADER).unwrap();
+        assert!(matches!(
+            LinkIn::attach(&b, 0x200, &a, 0x100),
+            Err(Error::InvalidAttribute)
+        ));
+        Segment::unlink(&n);
+        drop(seg);
+    }
+}

@@ -32,6 +32,19 @@ pub(crate) mod wire;
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
+/// With `RDD_FABRIC_TRACE` set in the environment, says on stderr why
+/// remote QP `qpn` of this process fails a WR or its link (a diagnostic
+/// for tests and users chasing an unexpected error; off by default).
+pub(crate) fn trace(qpn: u32, what: core::fmt::Arguments<'_>) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var_os("RDD_FABRIC_TRACE").is_some()) {
+        std::eprintln!(
+            "rdma-direct fabric: pid {} QP {qpn:#x}: {what}",
+            std::process::id()
+        );
+    }
+}
+
 /// The first eight bytes of every fabric GID: a link-local prefix
 /// (`fe80::`) followed by "rdfb" and the protocol version.
 pub(crate) const GID_PREFIX: [u8; 8] = [0xfe, 0x80, b'r', b'd', b'f', b'b', 0, 1];

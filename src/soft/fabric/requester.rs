@@ -9,7 +9,7 @@ use std::vec::Vec;
 use super::link::{LinkIn, LinkOut};
 use super::responder::RxState;
 use super::wire::{self, Req, Resp, RespKind, PACKET, RESP_BYTES, TAG_REQ, TAG_RESP};
-use super::{gid_pid, peer};
+use super::{gid_pid, peer, trace};
 use crate::provider::mlx5::cq::syndrome;
 use crate::provider::mlx5::layout::{cqe_opcode, opcode};
 use crate::soft::cqe::{cqe_image, err_image};
@@ -19,19 +19,6 @@ use crate::soft::wqe::{ParsedSend, MAX_SEGS};
 /// How often a requester with work outstanding checks that its peer's
 /// process still runs.
 const ALIVE_EVERY: Duration = Duration::from_millis(10);
-/// With `RDD_FABRIC_TRACE` set in the environment, says on stderr why a
-/// remote QP fails its outstanding WRs with retry-exceeded (a diagnostic
-/// for tests and users chasing an unexpected RETRY_EXC; off by default).
-fn trace(qpn: u32, why: &str) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ON.get_or_init(|| std::env::var_os("RDD_FABRIC_TRACE").is_some()) {
-        std::eprintln!(
-            "rdma-direct fabric: pid {} QP {qpn:#x}: outstanding WRs fail with RETRY_EXC: {why}",
-            std::process::id()
-        );
-    }
-}
-
 /// The most one gap between this device's passes adds to a QP's wait for
 /// an acknowledgement. A longer gap means this device was not running (a
 /// loaded or paused machine), not that the peer was silent: counting it
@@ -162,6 +149,15 @@ impl Remote {
         }
     }
 
+    /// Marks the link broken (nothing more is read from it), saying why
+    /// under `RDD_FABRIC_TRACE`.
+    pub(crate) fn break_link(&mut self, qpn: u32, why: &str) {
+        if !self.broken {
+            trace(qpn, format_args!("the link breaks: {why}"));
+        }
+        self.broken = true;
+    }
+
     fn has_pending(&self) -> bool {
         self.inflight.iter().any(|e| e.track == Track::Pending)
     }
@@ -283,9 +279,17 @@ impl Engine {
         let q = self.qps[qi].as_mut().expect("checked");
         let qpn = q.qpn;
         let Some(r) = q.remote.as_deref_mut() else {
+            trace(
+                qpn,
+                format_args!("a WR fails with RETRY_EXC: the QP has no link"),
+            );
             return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
         };
         if r.broken {
+            trace(
+                qpn,
+                format_args!("a WR fails with RETRY_EXC: its link is broken"),
+            );
             return Outcome::Fail(syndrome::TRANSPORT_RETRY_EXC);
         }
         let total = total as u32;
@@ -418,19 +422,22 @@ impl Engine {
                     r.rx = RxState::default();
                 }
                 Ok(None) => {}
-                Err(_) => r.broken = true,
+                Err(_) => r.break_link(qpn, "the peer's segment is not a link to this QP"),
             }
         }
         if !r.broken {
             work += self.serve_requests(qi, &mut r, now);
-            work += self.take_responses(qi, &mut r);
+            work += self.take_responses(qpn, &mut r);
         }
         if r.inc.as_ref().is_some_and(|l| l.closed()) {
             // The peer's QP left RTR/RTS or was destroyed: what it had
             // not answered never will be.
             r.inc = None;
             if r.has_pending() {
-                trace(qpn, "the peer closed its end");
+                trace(
+                    qpn,
+                    format_args!("outstanding WRs fail with RETRY_EXC: the peer closed its end"),
+                );
             }
             r.fail_pending(syndrome::TRANSPORT_RETRY_EXC);
         }
@@ -447,15 +454,16 @@ impl Engine {
                 dead = !peer::alive(gid_pid(&r.peer_gid));
             }
             if late || dead {
+                let why = if r.broken {
+                    "the link is broken"
+                } else if dead {
+                    "the peer process is gone"
+                } else {
+                    "no answer within the acknowledgement bound"
+                };
                 trace(
                     qpn,
-                    if r.broken {
-                        "the link is broken"
-                    } else if dead {
-                        "the peer process is gone"
-                    } else {
-                        "no answer within the acknowledgement bound"
-                    },
+                    format_args!("outstanding WRs fail with RETRY_EXC: {why}"),
                 );
                 r.fail_pending(syndrome::TRANSPORT_RETRY_EXC);
                 failed = true;
@@ -473,33 +481,39 @@ impl Engine {
     }
 
     /// Applies the peer's responses to this QP's requests.
-    fn take_responses(&mut self, _qi: usize, r: &mut Remote) -> usize {
+    fn take_responses(&mut self, qpn: u32, r: &mut Remote) -> usize {
         let mut work = 0;
         while let Some(inc) = r.inc.as_mut() {
             let rec = match inc.resp.peek() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => break,
                 Err(_) => {
-                    r.broken = true;
+                    r.break_link(qpn, "a bad record in the response ring");
                     break;
                 }
             };
             if rec.tag != TAG_RESP || rec.len < RESP_BYTES {
-                r.broken = true;
+                r.break_link(qpn, "a response record of the wrong tag or length");
                 break;
             }
             // The header is copied once and decoded from the copy.
             let mut h = [0u8; RESP_BYTES];
             inc.resp.copy_payload(&rec, &mut h);
             let Ok(resp) = Resp::decode(&h, rec.len - RESP_BYTES) else {
-                r.broken = true;
+                r.break_link(qpn, "a response that does not decode");
                 break;
             };
             // SAFETY: the payload follows the header inside the record.
-            let applied = unsafe { r.apply(&resp, rec.ptr.add(RESP_BYTES)) };
-            if applied.is_err() {
-                r.broken = true;
-                break;
+            match unsafe { r.apply(&resp, rec.ptr.add(RESP_BYTES)) } {
+                Ok(Some(s)) => trace(
+                    qpn,
+                    format_args!("the peer NAKs seq {} with syndrome {s:#x}", resp.seq),
+                ),
+                Ok(None) => {}
+                Err(()) => {
+                    r.break_link(qpn, "a response that contradicts the WRs outstanding");
+                    break;
+                }
             }
             if let Some(inc) = r.inc.as_mut() {
                 inc.resp.pop();

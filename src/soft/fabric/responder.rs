@@ -7,6 +7,7 @@ use std::time::Instant;
 use std::vec::Vec;
 
 use super::requester::Remote;
+use super::trace;
 use super::wire::{self, Req, Resp, RespKind, PACKET, REQ_BYTES, RESP_BYTES, TAG_REQ, TAG_RESP};
 use crate::completion::QpState;
 use crate::provider::mlx5::cq::syndrome;
@@ -94,12 +95,12 @@ impl Engine {
                 Ok(Some(rec)) => rec,
                 Ok(None) => break,
                 Err(_) => {
-                    r.broken = true;
+                    r.break_link(qpn, "a bad record in the request ring");
                     break;
                 }
             };
             if rec.tag != TAG_REQ || rec.len < REQ_BYTES {
-                r.broken = true;
+                r.break_link(qpn, "a request record of the wrong tag or length");
                 break;
             }
             // The header is copied once and decoded from the copy.
@@ -108,7 +109,7 @@ impl Engine {
             let req = match Req::decode(&h, rec.len - REQ_BYTES) {
                 Ok(q) if q.dst_qpn == qpn && q.src_qpn == r.peer_qpn => q,
                 _ => {
-                    r.broken = true;
+                    r.break_link(qpn, "a request that does not decode or names other QPs");
                     break;
                 }
             };
@@ -132,7 +133,7 @@ impl Engine {
             let step = match self.respond(qi, &req, payload, &mut r.rx, now) {
                 Ok(s) => s,
                 Err(()) => {
-                    r.broken = true;
+                    r.break_link(qpn, "a request that contradicts the link's state");
                     break;
                 }
             };
@@ -142,6 +143,13 @@ impl Engine {
                     (resp, data)
                 }
                 Step::Nak(s) => {
+                    trace(
+                        qpn,
+                        format_args!(
+                            "NAKs the peer's seq {} (opcode {:#x}) with syndrome {s:#x}",
+                            req.seq, req.opcode
+                        ),
+                    );
                     r.rx.dead = true;
                     r.rx.rnr_attempts = 0;
                     (nak(req.seq, s), None)
@@ -149,6 +157,10 @@ impl Engine {
                 Step::Rnr => {
                     r.rx.rnr_attempts += 1;
                     if req.rnr_retry != 7 && r.rx.rnr_attempts > u32::from(req.rnr_retry) {
+                        trace(
+                            qpn,
+                            format_args!("NAKs the peer's seq {}: RNR retries exceeded", req.seq),
+                        );
                         r.rx.dead = true;
                         r.rx.rnr_attempts = 0;
                         (nak(req.seq, syndrome::RNR_RETRY_EXC), None)
@@ -181,7 +193,7 @@ impl Engine {
                 if !ok {
                     // Cannot happen with RESP_ROOM free; the requester's
                     // timer will fail what is unanswered.
-                    r.broken = true;
+                    r.break_link(qpn, "no room for a response");
                 }
             }
             if let Some(inc) = r.inc.as_mut() {

@@ -2,8 +2,9 @@
 //! processes of the software fabric share.
 //!
 //! A [`Segment`] is one `MAP_SHARED` read/write mapping. The creator sizes
-//! it; an opener takes the size from `fstat` and refuses one shorter than it
-//! needs. Dropping a segment only unmaps it: the name lives until
+//! it; an opener takes the size from `fstat`, treats a size of 0 as not
+//! made yet (the creator is between its `shm_open` and its `ftruncate`) and
+//! refuses any other size shorter than it needs. Dropping a segment only unmaps it: the name lives until
 //! [`Segment::unlink`], and a mapping stays valid after the name is gone.
 
 use std::ffi::CString;
@@ -121,9 +122,12 @@ impl Segment {
     }
 
     /// Opens and maps an existing segment, with the length `fstat`
-    /// reports. `Ok(None)` if no segment has that name; one shorter than
-    /// `min_len` (a peer that has not sized it yet, or garbage) is
-    /// `Err(InvalidAttribute)`, as is a bad name.
+    /// reports. `Ok(None)` if no segment has that name, or if it has
+    /// length 0: [`Segment::create`] names a segment before it sizes it,
+    /// so a length of 0 is one whose creator has not got that far yet
+    /// (the opener looks again later). Any other length shorter than
+    /// `min_len` is `Err(InvalidAttribute)` (not one of ours, or
+    /// damaged), as is a bad name.
     pub(crate) fn open(name: &str, min_len: usize) -> Result<Option<Segment>> {
         let path = shm_path(name)?;
         // SAFETY: `path` is a NUL-terminated string.
@@ -141,13 +145,16 @@ impl Segment {
             Err(os_error())
         } else {
             match usize::try_from(st.st_size) {
-                Ok(len) if len >= min_len.max(1) => map(fd, len).map(|ptr| Segment { ptr, len }),
+                Ok(0) => Ok(None),
+                Ok(len) if len >= min_len.max(1) => {
+                    map(fd, len).map(|ptr| Some(Segment { ptr, len }))
+                }
                 _ => Err(Error::InvalidAttribute),
             }
         };
         // SAFETY: `fd` is ours; the mapping (if any) does not need it.
         unsafe { libc::close(fd) };
-        r.map(Some)
+        r
     }
 
     /// Removes the name (existing mappings stay valid). A missing name or
@@ -167,6 +174,23 @@ impl Segment {
     /// Bytes mapped.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Creates the name with `shm_open(O_CREAT)` and does not size it:
+    /// what an opener sees while a creator is inside [`Segment::create`].
+    #[cfg(test)]
+    pub(crate) fn name_unsized(name: &str) {
+        let path = shm_path(name).unwrap();
+        // SAFETY: `path` is NUL-terminated; the fd is closed at once.
+        unsafe {
+            let fd = libc::shm_open(
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            );
+            assert!(fd >= 0);
+            libc::close(fd);
+        }
     }
 }
 
@@ -281,6 +305,16 @@ mod tests {
             Segment::create(&unique("zero"), 0).unwrap_err(),
             Error::InvalidAttribute
         );
+    }
+
+    #[test]
+    fn a_segment_not_sized_yet_reads_as_absent() {
+        let name = unique("unsized");
+        let _u = Unlink(&name);
+        Segment::name_unsized(&name);
+        // Not an error: the creator sizes it next.
+        assert!(Segment::open(&name, 4096).unwrap().is_none());
+        Segment::unlink(&name);
     }
 
     #[test]
