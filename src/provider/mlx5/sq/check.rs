@@ -3,14 +3,10 @@
 //! the send queue's rules (no device, no ring, nothing written).
 
 use super::wqe::Plan;
-use super::{flag_words, max_ds, SendQueue};
+use super::{max_ds, SendQueue};
 use crate::error::{Error, PostError, Result};
 use crate::provider::mlx5::layout::MAX_DS;
 use crate::wr::{QpCaps, SendWr};
-
-/// The flag table of a queue without `sig_all`. The flags select bytes of
-/// the WQE, never a verdict, so any table gives the same answers.
-const CHECK_FLAGS: [[u32; 2]; 16] = flag_words(false);
 
 impl SendQueue {
     /// Whether any send queue can be created with `caps`: its largest WQE
@@ -61,7 +57,7 @@ impl SendQueue {
     /// The post's validation of one WR for capabilities already checked.
     #[inline(always)]
     pub(crate) fn check_wr(caps: &QpCaps, wr: &SendWr<'_>) -> Result<Plan> {
-        Self::plan_for(wr, caps, &CHECK_FLAGS)
+        Self::plan_for(wr, caps)
     }
 }
 

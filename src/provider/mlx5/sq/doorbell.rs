@@ -39,7 +39,8 @@ impl SendBatch<'_> {
     #[inline(always)]
     pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         // SAFETY: forwarded contract; the cursor is this queue's.
-        let w = unsafe { self.sq.write::<false>(&mut self.cur, wr) }?;
+        let w = unsafe { self.sq.write(&mut self.cur, wr) }?;
+        self.sq.note_signaled(&self.cur, w.sig);
         self.count += 1;
         self.last_start = w.start;
         self.last_inline = w.inline;
@@ -139,20 +140,50 @@ impl SendQueue {
     /// the only WQE since the previous doorbell.
     #[inline(always)]
     pub(super) fn ring_last(&mut self, w: Written, single: bool) {
+        self.guard_last(&w);
+        if self.db_other {
+            self.ring_other(w.start, w.ctrl8, w.inline, single);
+            return;
+        }
+        self.ring_plain(w.ctrl8);
+    }
+
+    /// The doorbell after one WQE `w` was posted by itself: it covers the
+    /// WQEs still pending before it (`batch` of them) too. Whether it is
+    /// the only one matters only to BlueFlame, so `batch` is read only on
+    /// that path.
+    #[inline(always)]
+    pub(super) fn ring_posted(&mut self, w: Written) {
+        self.guard_last(&w);
+        if !self.db_other {
+            self.batch = 0;
+            self.ring_plain(w.ctrl8);
+            return;
+        }
+        let single = self.batch == 0;
+        self.batch = 0;
+        self.ring_other(w.start, w.ctrl8, w.inline, single);
+    }
+
+    /// The signalling guard for the last WQE `w` (not yet published).
+    #[inline(always)]
+    fn guard_last(&mut self, w: &Written) {
         // guard >= 1, so a zero run never forces; a signaled last WQE ends
         // the run, so the test is skipped when that is known.
         if !w.sig && self.pi.wrapping_sub(self.last_signaled_end) >= self.guard {
             self.force_signal_last(w.start);
         }
-        if self.db_other {
-            self.ring_other(w.start, w.ctrl8, w.inline, single);
-            return;
-        }
+    }
+
+    /// The plain 8-byte doorbell with control bytes `ctrl8`, for a queue
+    /// without BlueFlame or a shared register.
+    #[inline(always)]
+    fn ring_plain(&mut self, ctrl8: u64) {
         // SAFETY: register offset is 0 or bf_size, inside the register pair;
         // see the constructor contract.
         let reg = unsafe { self.bf_reg.as_ptr().add(self.bf_offset as usize) };
         // SAFETY: constructor contract.
-        unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, w.ctrl8, false) };
+        unsafe { mmio::send_doorbell(self.dbrec.as_ptr(), self.pi, reg, ctrl8, false) };
         // Step 7: toggle between the two BlueFlame buffers.
         self.bf_offset ^= self.bf_size;
     }
@@ -173,6 +204,16 @@ impl SendQueue {
         };
         // DS in 2..=bf_size/16 (a DS-1 WQE is never copied, docs/spec/mlx5.md §7).
         if single && bf_ds.wrapping_sub(2) < self.bf_ds_limit {
+            // Read again here, not reused from the WQE's write: a register
+            // kept across a post for this path alone would be spilled on
+            // every post (and the plain doorbell does not need it).
+            // SAFETY: a reference to a field is valid for a read.
+            let (ring, mask) = unsafe {
+                (
+                    core::ptr::read_volatile(&self.buf),
+                    core::ptr::read_volatile(&self.mask),
+                )
+            };
             // SAFETY: dbrec/reg/ring validity from the constructor contract;
             // the WQE's BBs are inside the ring modulo mask.
             unsafe {
@@ -180,10 +221,10 @@ impl SendQueue {
                     self.dbrec.as_ptr(),
                     self.pi,
                     reg,
-                    self.buf.as_ptr(),
+                    ring.as_ptr(),
                     start,
                     (bf_ds + 3) >> 2,
-                    self.mask,
+                    mask,
                     flush,
                 )
             };
@@ -198,10 +239,15 @@ impl SendQueue {
     /// Makes the last written (not yet published) WQE request a CQE.
     #[cold]
     fn force_signal_last(&mut self, start: u32) {
-        let o = start << 2;
+        // The mask is read again here, not kept in a register from the
+        // WQE's write for this rare path (see `ring_other`).
+        // SAFETY: a reference to a field is valid for a read.
+        let mask = unsafe { core::ptr::read_volatile(&self.mask) };
+        let off = ((start & mask) as usize) << 6;
         // SAFETY: byte 11 of the last WQE's control segment, inside the
-        // ring; the device has not been told about this WQE yet.
-        unsafe { *self.octo(o).add(11) |= ctrl_flags::CQ_UPDATE };
+        // ring (`start & mask` < wqe_cnt); the device has not been told
+        // about this WQE yet.
+        unsafe { *self.buf.as_ptr().add(off + 11) |= ctrl_flags::CQ_UPDATE };
         self.last_signaled_end = self.pi;
         self.forced = self.forced.wrapping_add(1);
     }
@@ -214,12 +260,11 @@ impl SendQueue {
     pub unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let mut c = self.cursor();
         // SAFETY: forwarded contract.
-        let w = unsafe { self.write::<true>(&mut c, wr) }?;
+        let w = unsafe { self.write(&mut c, wr) }?;
         self.store_cursor(&c);
+        self.note_signaled(&c, w.sig);
         // Earlier un-rung WQEs are covered by this doorbell too.
-        let single = self.batch == 0;
-        self.batch = 0;
-        self.ring_last(w, single);
+        self.ring_posted(w);
         Ok(())
     }
 

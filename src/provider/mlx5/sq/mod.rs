@@ -58,6 +58,10 @@ pub struct SendQueue {
     buf: NonNull<u8>,
     /// `wqe_cnt - 1` (BBs).
     mask: u32,
+    /// `mask << 4`: masks `pi << 4` to the byte offset of BB `pi`'s
+    /// side-table entry, which times 4 is the BB's byte offset in the ring
+    /// (one index register serves both addresses).
+    mask16: u32,
     wqe_cnt: u32,
     /// Free-running BB producer counter.
     pi: u32,
@@ -79,6 +83,10 @@ pub struct SendQueue {
     bf_offset: u32,
     /// `qpn << 8` as stored big-endian in the control segment.
     qpn_raw: u32,
+    /// `qpn_raw` in bytes 4..7 of the control segment's first 8 bytes, as
+    /// the native value of those 8 bytes (0 elsewhere): OR-ed into them
+    /// with the WQE index, opcode and DS.
+    qpn_ctrl8: u64,
     /// QP number (host order).
     qpn: u32,
     /// For each combination of the FENCE, SIGNALED and SOLICITED send
@@ -233,6 +241,7 @@ impl SendQueue {
         Ok(SendQueue {
             buf,
             mask: cnt - 1,
+            mask16: (cnt - 1) << 4,
             wqe_cnt: cnt,
             pi: 0,
             retired: 0,
@@ -249,6 +258,7 @@ impl SendQueue {
             bf_size: qp.bf_size,
             bf_offset: 0,
             qpn_raw: (qpn << 8).to_be(),
+            qpn_ctrl8: wqe::pack2(0, (qpn << 8).to_be()),
             qpn,
             flag_words: flag_words(cfg.sig_all),
             bf_ds_limit,

@@ -9,9 +9,9 @@
 //! without a test of their own.
 
 use super::wqe::Plan;
-use super::{by_shape, byte3, SendQueue, WrSlot};
+use super::{by_shape, SendQueue, WrSlot};
 use crate::error::{Error, Result};
-use crate::provider::mlx5::layout::{ctrl_flags, opcode, Be16, Be32, Mlx5dvQp, MAX_DS};
+use crate::provider::mlx5::layout::{opcode, Be16, Be32, Mlx5dvQp, MAX_DS};
 use crate::wr::{Payload, QpCaps, SendOp, SendWr};
 
 use super::config::SqConfig;
@@ -301,16 +301,13 @@ impl SendQueue {
         };
         // Capabilities bound DS by MAX_DS (checked at construction).
         let ds = UD_HDR_DS + data_ds;
-        let [fm_word, slot_word] = self.flag_words[(wr.flags.0 & 0xf) as usize];
         let plan = Plan {
             mlx_op,
             hdr_ds: UD_HDR_DS,
             imm,
             ds,
             nbb: ds.div_ceil(4),
-            fm_word,
-            slot_word,
-            user_sig: fm_word & byte3(ctrl_flags::CQ_UPDATE) != 0,
+            flag_ix: (wr.flags.0 & 0xf) as u8,
             shape,
         };
         let pi = self.pi;
@@ -338,7 +335,7 @@ impl SendQueue {
             let ctrl = base.cast::<u32>();
             ctrl.write(Be32::new((pi & 0xffff) << 8 | mlx_op as u32).raw());
             ctrl.add(1).write(self.qpn_raw | ds.to_be());
-            ctrl.add(2).write(fm_word);
+            ctrl.add(2).write(self.fm_word(&plan));
             ctrl.add(3).write(imm.to_be());
             let mut av = *dest.av;
             av.qkey = Be32::new(dest.qkey);
@@ -381,7 +378,7 @@ impl SendQueue {
             }
         }
         self.pi = end;
-        if plan.user_sig {
+        if self.user_sig(&plan) {
             self.last_signaled_end = end;
         }
         self.batch += 1;

@@ -16,14 +16,13 @@ pub(crate) struct Plan {
     pub(crate) ds: u32,
     /// Basic blocks.
     pub(crate) nbb: u32,
-    /// `fm_ce_se` as the native value of control-segment bytes 8..11
-    /// (the byte in the last position).
-    pub(super) fm_word: u32,
-    /// The side-table flags as the native value of slot bytes 12..15
-    /// (the byte in the last position).
-    pub(super) slot_word: u32,
-    /// A completion was asked for.
-    pub(crate) user_sig: bool,
+    /// The WR's FENCE, SIGNALED and SOLICITED bits (and INLINE, ignored):
+    /// the row of the queue's [`SendQueue::flag_words`] that gives the
+    /// control-segment and side-table flag words. The row is read where
+    /// each word is stored ([`SendQueue::fm_word`],
+    /// [`SendQueue::slot_word`]), not when the WR is planned, so neither
+    /// word occupies a register across the other stores of the WQE.
+    pub(super) flag_ix: u8,
     pub(super) shape: crate::wr::SendShape,
 }
 
@@ -47,12 +46,12 @@ pub(super) struct Cursor {
     buf: *mut u8,
     wrid: *mut WrSlot,
     mask: u32,
+    /// [`SendQueue::mask16`].
+    mask16: u32,
     /// Free-running BB producer counter.
     pi: u32,
     /// `retired + limit`: the producer counter may not pass it.
     pi_max: u32,
-    /// Producer counter after the last WQE that requests a CQE.
-    last_signaled_end: u32,
     /// A copy of the capabilities, so the compiler sees that they do not
     /// change during the run (the SGE-count test leaves the loop).
     caps: QpCaps,
@@ -61,7 +60,7 @@ pub(super) struct Cursor {
 /// Two 32-bit words, already in their in-memory (wire) representation, as
 /// the native 64-bit value with the same memory image (`a` first).
 #[inline(always)]
-const fn pack2(a_raw: u32, b_raw: u32) -> u64 {
+pub(super) const fn pack2(a_raw: u32, b_raw: u32) -> u64 {
     #[cfg(target_endian = "little")]
     {
         a_raw as u64 | (b_raw as u64) << 32
@@ -103,8 +102,9 @@ impl SendQueue {
     pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let mut c = self.cursor();
         // SAFETY: forwarded contract.
-        let w = unsafe { self.write::<true>(&mut c, wr) }?;
+        let w = unsafe { self.write(&mut c, wr) }?;
         self.store_cursor(&c);
+        self.note_signaled(&c, w.sig);
         // The rest of the doorbell's inputs (the control bytes, whether the
         // last WQE is signaled) are read back when it rings.
         self.batch += 1;
@@ -120,39 +120,43 @@ impl SendQueue {
             buf: self.buf.as_ptr(),
             wrid: self.wrid.as_ptr(),
             mask: self.mask,
+            mask16: self.mask16,
             pi: self.pi,
             pi_max: self.retired.wrapping_add(self.limit),
-            last_signaled_end: self.last_signaled_end,
             caps: self.caps,
         }
     }
 
-    /// Writes a cursor's counters back.
+    /// Writes a cursor's producer counter back.
     #[inline(always)]
     pub(super) fn store_cursor(&mut self, c: &Cursor) {
         self.pi = c.pi;
-        self.last_signaled_end = c.last_signaled_end;
     }
 
-    /// Formats one WQE at the cursor and advances it (producer counter and
-    /// the end of the last signaled WQE); the queue itself and the doorbell
-    /// bookkeeping are left to the caller.
+    /// Records that the WQE just written at the cursor `c` requests a CQE
+    /// if `sig`: the end of the last signaled WQE moves to `c`'s producer
+    /// counter. A conditional store straight into the queue, not a value
+    /// carried in the cursor: the old value is never read, which keeps a
+    /// register free across the WQE's stores (and, in a batch, across the
+    /// loop), and costs a branch instead of a select.
+    #[inline(always)]
+    pub(super) fn note_signaled(&mut self, c: &Cursor, sig: bool) {
+        if sig {
+            self.last_signaled_end = c.pi;
+        }
+    }
+
+    /// Formats one WQE at the cursor and advances its producer counter;
+    /// the queue itself (the end of the last signaled WQE:
+    /// [`SendQueue::note_signaled`] with [`Written::sig`]) and the
+    /// doorbell bookkeeping are left to the caller.
     ///
     /// # Safety
     /// As for [`SendQueue::post`]; `c` is this queue's cursor.
-    ///
-    /// `SLOT_FIRST` writes the side-table entry before the WQE: fewer
-    /// registers spilled across the segment stores when one WR is posted
-    /// alone (the C per-opcode calls: 4 instructions fewer), but more in
-    /// the unrolled loop of a batch (8 more per WR), which passes `false`.
     #[inline(always)]
-    pub(super) unsafe fn write<const SLOT_FIRST: bool>(
-        &self,
-        c: &mut Cursor,
-        wr: &SendWr<'_>,
-    ) -> Result<Written> {
+    pub(super) unsafe fn write(&self, c: &mut Cursor, wr: &SendWr<'_>) -> Result<Written> {
         // SAFETY: forwarded contract.
-        by_shape!(wr, unsafe { self.write_shaped::<SLOT_FIRST>(c, wr) })
+        by_shape!(wr, unsafe { self.write_shaped(c, wr) })
     }
 
     /// [`SendQueue::write`] for one shape (see [`by_shape`]).
@@ -160,11 +164,7 @@ impl SendQueue {
     /// # Safety
     /// As for [`SendQueue::write`].
     #[inline(always)]
-    unsafe fn write_shaped<const SLOT_FIRST: bool>(
-        &self,
-        c: &mut Cursor,
-        wr: &SendWr<'_>,
-    ) -> Result<Written> {
+    unsafe fn write_shaped(&self, c: &mut Cursor, wr: &SendWr<'_>) -> Result<Written> {
         let plan = self.plan_with(wr, &c.caps)?;
         let pi = c.pi;
         let end = pi.wrapping_add(plan.nbb);
@@ -174,24 +174,34 @@ impl SendQueue {
         if (c.pi_max.wrapping_sub(end) as i32) < 0 {
             return Err(self.refusal());
         }
-        // SAFETY: `pi & mask` < wqe_cnt <= wrid_len (constructor); the slot
-        // is a 16-byte, 8-aligned WrSlot owned by this queue.
-        let slot = unsafe { c.wrid.add((pi & c.mask) as usize) };
-        if SLOT_FIRST {
-            // SAFETY: as above.
-            unsafe { self.set_slot(slot, wr.wr_id, &plan, pi) };
-        }
-        // SAFETY: `pi & mask` < wqe_cnt, so the first BB is inside the ring;
-        // the BBs from `pi` are free (space check); forwarded contract on
-        // the SGEs.
-        let ctrl8 = unsafe {
-            let base = c.buf.add(((pi & c.mask) as usize) << 6);
-            self.emit_at(wr, &plan, pi, base)
+        // The side-table entry's byte offset; times 4, the WQE's (an x86
+        // index scale, so one register addresses both).
+        let off16 = (pi << 4 & c.mask16) as usize;
+        // SAFETY: `off16 / 16` = `pi & mask` < wqe_cnt, so the first BB is
+        // inside the ring and the 16-byte slot inside the side table
+        // (wqe_cnt <= wrid_len, constructor).
+        let (base, slot) = unsafe {
+            (
+                c.buf.add(off16 * 4),
+                c.wrid.cast::<u8>().add(off16).cast::<WrSlot>(),
+            )
         };
-        if !SLOT_FIRST {
-            // SAFETY: as above.
-            unsafe { self.set_slot(slot, wr.wr_id, &plan, pi) };
-        }
+        // The order of the stores decides how many values are live at
+        // once, since the compiler keeps every load of the WR (and of the
+        // queue) above the first store that follows it in the code: the
+        // remote segment first (its two fields die at once), then the data
+        // segment (the SGE fields are loaded inside its zero-length test),
+        // the side-table entry, and the control segment last (the queue's
+        // flag and QP words are loaded there). Single posts and batches
+        // both measured best in this order (docs/benchmarks.md).
+        // SAFETY: the WQE's BBs from `pi` are free (space check) and the
+        // slot is this queue's (above); forwarded contract on the SGEs.
+        let ctrl8 = unsafe {
+            Self::write_op_segs(wr, base);
+            let ds = self.write_payload(wr, &plan, base, pi << 2);
+            self.set_slot(slot, wr.wr_id, &plan, pi);
+            self.write_ctrl(&plan, ds, pi, base)
+        };
         // The entries of the WQE's other BBs must not look like WQE starts
         // (stale entries from before a reset, or 65536 BBs ago, would let a
         // corrupt counter retire the wrong work).
@@ -204,15 +214,34 @@ impl SendQueue {
             };
         }
         c.pi = end;
-        if plan.user_sig {
-            c.last_signaled_end = end;
-        }
+        let sig = self.user_sig(&plan);
         Ok(Written {
             start: pi,
             ctrl8,
-            sig: plan.user_sig,
+            sig,
             inline: plan.shape.inline,
         })
+    }
+
+    /// `fm_ce_se` of a planned WR as the native value of control-segment
+    /// bytes 8..11 (the byte in the last position).
+    #[inline(always)]
+    pub(super) fn fm_word(&self, plan: &Plan) -> u32 {
+        self.flag_words[(plan.flag_ix & 0xf) as usize][0]
+    }
+
+    /// The side-table flags of a planned WR as the native value of slot
+    /// bytes 12..15 (the byte in the last position).
+    #[inline(always)]
+    pub(super) fn slot_word(&self, plan: &Plan) -> u32 {
+        self.flag_words[(plan.flag_ix & 0xf) as usize][1]
+    }
+
+    /// A planned WR requests a completion (it asked for one, or the QP
+    /// signals all).
+    #[inline(always)]
+    pub(crate) fn user_sig(&self, plan: &Plan) -> bool {
+        self.fm_word(plan) & byte3(ctrl_flags::CQ_UPDATE) != 0
     }
 
     /// Validates a WR and works out its WQE: opcode, size, flags.
@@ -224,19 +253,15 @@ impl SendQueue {
     /// [`SendQueue::plan`] against `caps` (this queue's, or a copy).
     #[inline(always)]
     fn plan_with(&self, wr: &SendWr<'_>, caps: &QpCaps) -> Result<Plan> {
-        Self::plan_for(wr, caps, &self.flag_words)
+        Self::plan_for(wr, caps)
     }
 
-    /// Validates a WR against `caps` and works out its WQE, with the
-    /// flag table `flag_words` (a queue's [`SendQueue::flag_words`]): every
-    /// rule a post applies before it looks at ring space and QP state.
-    /// Needs no queue, so [`SendQueue::check`] runs exactly this code.
+    /// Validates a WR against `caps` and works out its WQE: every rule a
+    /// post applies before it looks at ring space and QP state. Needs no
+    /// queue (the flag words are the queue's, read when the WQE is
+    /// written), so [`SendQueue::check`] runs exactly this code.
     #[inline(always)]
-    pub(super) fn plan_for(
-        wr: &SendWr<'_>,
-        caps: &QpCaps,
-        flag_words: &[[u32; 2]; 16],
-    ) -> Result<Plan> {
+    pub(super) fn plan_for(wr: &SendWr<'_>, caps: &QpCaps) -> Result<Plan> {
         let shape = crate::wr::validate_send(wr, caps)?;
         let (mlx_op, hdr_ds, imm) = match wr.op {
             SendOp::Send => (opcode::SEND, 1, 0),
@@ -263,16 +288,13 @@ impl SendQueue {
         };
         // Capabilities bound DS by MAX_DS (checked at construction).
         let ds = hdr_ds + data_ds;
-        let [fm_word, slot_word] = flag_words[(wr.flags.0 & 0xf) as usize];
         Ok(Plan {
             mlx_op,
             hdr_ds,
             imm,
             ds,
             nbb: (ds + 3) >> 2,
-            fm_word,
-            slot_word,
-            user_sig: fm_word & byte3(ctrl_flags::CQ_UPDATE) != 0,
+            flag_ix: (wr.flags.0 & 0xf) as u8,
             shape,
         })
     }
@@ -299,16 +321,12 @@ impl SendQueue {
     /// As for [`SendQueue::emit`]; `base` is BB `pi & mask` of the ring.
     #[inline(always)]
     unsafe fn emit_at(&self, wr: &SendWr<'_>, plan: &Plan, pi: u32, base: *mut u8) -> u64 {
-        let ctrl8 = pack2(
-            ((pi & 0xffff) << 8 | plan.mlx_op as u32).to_be(),
-            self.qpn_raw | plan.ds.to_be(),
-        );
-        // SAFETY: the WQE's first BB is at `base`; its octowords 0..4
-        // (every header segment: hdr_ds <= 3) are at fixed offsets from it.
-        // Data segments past the first BB are masked into the ring by
-        // `write_wqe`.
-        unsafe { self.write_wqe(wr, plan, ctrl8, base, pi << 2) };
-        ctrl8
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::write_op_segs(wr, base);
+            let ds = self.write_payload(wr, plan, base, pi << 2);
+            self.write_ctrl(plan, ds, pi, base)
+        }
     }
 
     /// Fills a side-table entry for the WQE at BB `pi`.
@@ -323,7 +341,7 @@ impl SendQueue {
         let hi = u32::from_ne_bytes({
             let s = (pi as u16).to_ne_bytes();
             [s[0], s[1], plan.mlx_op, 0]
-        }) | plan.slot_word;
+        }) | self.slot_word(plan);
         // SAFETY: caller contract; an aligned 8-byte store and two aligned
         // 4-byte stores (offsets 8 and 12 of the 8-aligned slot).
         unsafe {
@@ -334,41 +352,27 @@ impl SendQueue {
         }
     }
 
-    /// Writes the segments of a validated WR whose first BB is at `base`
-    /// (octoword `o` of the ring, unmasked).
+    /// Writes the data segments (or the inline segment) of a validated WR
+    /// whose first BB is at `base` (octoword `o` of the ring, unmasked).
     ///
-    /// Header segments (at most 3 octowords) always lie in the first BB,
-    /// so they are stored at fixed offsets from `base`; a data segment in a
-    /// later BB may wrap at the ring end, so its address is masked.
+    /// Header segments (at most 3 octowords) always lie in the first BB;
+    /// a data segment there is stored at a fixed offset from `base`, one in
+    /// a later BB may wrap at the ring end, so its address is masked.
     ///
     /// # Safety
     /// `base` must be the 64-aligned first BB of the WQE inside the ring,
     /// and the WQE's BBs must be free.
+    ///
+    /// Returns the WQE's DS: `plan.ds`, counted again here for an SGE list
+    /// (the header octowords plus one per SGE stored), so that a
+    /// zero-length SGE's DS comes out of the branch that skips it instead
+    /// of a value held in a register since the WR was planned.
     #[inline(always)]
-    unsafe fn write_wqe(&self, wr: &SendWr<'_>, plan: &Plan, ctrl8: u64, base: *mut u8, o: u32) {
+    unsafe fn write_payload(&self, wr: &SendWr<'_>, plan: &Plan, base: *mut u8, o: u32) -> u32 {
         // SAFETY: `base + 16 * i` for i < 4 is inside the first BB, and
         // `octo` masks every later octoword into the ring; all belong to
         // the caller. Every store is an aligned 8-byte store.
         unsafe {
-            let c = base.cast::<u64>();
-            c.write(ctrl8);
-            c.add(1).write(pack2(plan.fm_word, plan.imm.to_be()));
-            if let Some(remote) = wr.op.remote() {
-                let r = base.add(16).cast::<u64>();
-                r.write(remote.addr.to_be());
-                r.add(1).write(pack2(remote.rkey.to_be(), 0));
-            }
-            match wr.op {
-                SendOp::CompareSwap { compare, swap, .. } => {
-                    let a = base.add(32).cast::<u64>();
-                    a.write(swap.to_be());
-                    a.add(1).write(compare.to_be());
-                }
-                // Only swap_add is written; `compare` is left as it was
-                // (libmlx5 does the same, docs/spec/mlx5.md §3).
-                SendOp::FetchAdd { add, .. } => base.add(32).cast::<u64>().write(add.to_be()),
-                _ => {}
-            }
             let at = |k: u32| {
                 if k < 4 {
                     base.add(k as usize * 16)
@@ -385,6 +389,7 @@ impl SendQueue {
                         let d = at(k).cast::<u64>();
                         d.write(pack2(8u32.to_be(), s.lkey.to_be()));
                         d.add(1).write(s.addr.to_be());
+                        plan.ds
                     } else {
                         for s in sges {
                             if s.length != 0 {
@@ -394,15 +399,73 @@ impl SendQueue {
                                 k += 1;
                             }
                         }
+                        // Validation counted the same SGEs: k == plan.ds.
+                        k
                     }
                 }
                 Payload::Inline(pieces) => {
                     if plan.shape.inline_len != 0 {
                         self.write_inline(at(k), plan.shape.inline_len, pieces);
                     }
+                    plan.ds
                 }
             }
         }
+    }
+
+    /// Writes the remote-address or atomic segment of a WR whose first BB
+    /// is at `base` (nothing for an opcode without one).
+    ///
+    /// # Safety
+    /// `base` must be the 64-aligned first BB of the WQE inside the ring,
+    /// and the BB must be free; every header segment lies in it
+    /// (`hdr_ds` <= 3), at fixed offsets.
+    #[inline(always)]
+    unsafe fn write_op_segs(wr: &SendWr<'_>, base: *mut u8) {
+        // SAFETY: `base + 16 * i` for i < 4 is inside the first BB, which
+        // belongs to the caller. Every store is an aligned 8-byte store.
+        unsafe {
+            if let Some(remote) = wr.op.remote() {
+                let r = base.add(16).cast::<u64>();
+                r.write(remote.addr.to_be());
+                r.add(1).write(pack2(remote.rkey.to_be(), 0));
+            }
+            match wr.op {
+                SendOp::CompareSwap { compare, swap, .. } => {
+                    let a = base.add(32).cast::<u64>();
+                    a.write(swap.to_be());
+                    a.add(1).write(compare.to_be());
+                }
+                // Only swap_add is written; `compare` is left as it was
+                // (libmlx5 does the same, docs/spec/mlx5.md §3).
+                SendOp::FetchAdd { add, .. } => base.add(32).cast::<u64>().write(add.to_be()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Writes the control segment of a planned WR of DS `ds` at `base`,
+    /// BB `pi` of the ring; returns its first 8 bytes (the doorbell value).
+    ///
+    /// # Safety
+    /// As for [`SendQueue::write_op_segs`].
+    #[inline(always)]
+    unsafe fn write_ctrl(&self, plan: &Plan, ds: u32, pi: u32, base: *mut u8) -> u64 {
+        // The QP number's bytes are a precomputed 8-byte word, so a DS
+        // known per path (one SGE, or a zero-length one skipped) is a
+        // constant OR-ed in.
+        let ctrl8 = pack2(
+            ((pi & 0xffff) << 8 | plan.mlx_op as u32).to_be(),
+            ds.to_be(),
+        ) | self.qpn_ctrl8;
+        // SAFETY: the first 16 bytes of the first BB, which belongs to the
+        // caller; aligned 8-byte stores.
+        unsafe {
+            let c = base.cast::<u64>();
+            c.write(ctrl8);
+            c.add(1).write(pack2(self.fm_word(plan), plan.imm.to_be()));
+        }
+        ctrl8
     }
 
     /// Writes an inline segment (header + payload) starting at `hdr`; the
