@@ -836,6 +836,24 @@ static void test_bound_one_entry_finalised(void)
     CHECK_EQ(wc[0].wr_id, 9);
     CHECK_EQ(fake_dbrec_cq_ci(&q.f), 1);
     CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), 0);
+
+    /* The same with the send queue, whose handle the one-entry path uses:
+     * its live storage re-initialised as a CQ handle (the bytes past the
+     * CQ storage still hold the old queue's QPN and counters), then that
+     * handle finalised (all zeroes). Each refusal leaves the completion,
+     * the record and the output alone. */
+    CHECK_EQ(rdd_mlx5_sq_write(q.sq, 10, LADDR, 8, LKEY, RADDR, RKEY, RDD_SEND_SIGNALED),
+             RDD_STATUS_OK);
+    write_req_cqe(&q.f, 1, QPN, 1);
+    MUST(rdd_mlx5_cq_init((rdd_mlx5_cq_storage *)(void *)q.sq, &q.f.cq));
+    wc[0].wr_id = 77;
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), -(int32_t)RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(wc[0].wr_id, 77);
+    CHECK_EQ(fake_dbrec_cq_ci(&q.f), 1);
+    MUST(rdd_mlx5_cq_fini((rdd_mlx5_cq_storage *)(void *)q.sq));
+    CHECK_EQ(rdd_mlx5_cq_poll_bound(q.cq, wc, 1), -(int32_t)RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(wc[0].wr_id, 77);
+    CHECK_EQ(fake_dbrec_cq_ci(&q.f), 1);
     queues_fini(&q);
 }
 

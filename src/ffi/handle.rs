@@ -147,19 +147,45 @@ pub(crate) unsafe fn get_again<'a, S: HandleStorage>(
     Ok(unsafe { &mut (*slot).value })
 }
 
-/// Whether `storage`, which passed [`get`] before, still holds a live
-/// handle of its kind: the check of [`get_again`] without making a
-/// reference.
+/// The magic word a live handle of kind `S` holds at `storage`: what a
+/// caller that keeps a storage address (a CQ's binding) may record once
+/// and compare with [`magic_xor`] later, instead of recomputing it.
+#[inline(always)]
+pub(crate) fn live_key<S: HandleStorage>(storage: *const S) -> u64 {
+    magic_for(storage)
+}
+
+/// The magic word of `storage` XOR `key`: 0 exactly when the storage holds
+/// the magic word `key` names. With `key` = [`live_key`]`(storage)`, 0
+/// means the check of [`get_again`] passes.
 ///
 /// # Safety
 /// `storage` must be non-NULL, aligned for `S` and valid for reads of
 /// `size_of::<S>()` bytes.
 #[inline(always)]
-pub(crate) unsafe fn is_live_again<S: HandleStorage>(storage: *mut S) -> bool {
+pub(crate) unsafe fn magic_xor<S: HandleStorage>(storage: *mut S, key: u64) -> u64 {
     let slot = storage.cast::<Slot<S::Value>>();
     // SAFETY: as in `get_again`.
     let magic = unsafe { ptr::read_volatile(ptr::addr_of!((*slot).magic)) };
-    magic == magic_for(storage)
+    magic ^ key
+}
+
+/// The value in `storage`, whose magic word the caller has just found
+/// live ([`magic_xor`] with its [`live_key`] gave 0).
+///
+/// # Safety
+/// As for [`get_again`], and the magic word of `storage` equals
+/// [`live_key`]`(storage)` (checked by the caller, with nothing since
+/// that could have changed it).
+#[inline(always)]
+pub(crate) unsafe fn value_checked_by_caller<'a, S: HandleStorage>(
+    storage: *mut S,
+) -> &'a mut S::Value {
+    let slot = storage.cast::<Slot<S::Value>>();
+    // SAFETY: the magic word matches (caller contract), so `install` wrote
+    // a valid value at this address and `clear` has not run since;
+    // exclusivity is the caller's contract.
+    unsafe { &mut (*slot).value }
 }
 
 /// Drops the live value in `storage` and zeroes the whole storage.

@@ -4,26 +4,38 @@
 //!
 //! # What a bound queue's finalisation does
 //!
-//! The binding records the two storage addresses in the CQ storage
-//! ([`CqBinding`]). Each bound poll checks the CQ handle in full, then
-//! checks the magic word of both bound storages again (one load and one
-//! compare each: [`handle::get_again`]; their NULL and alignment checks
-//! were done at bind time and cannot change). A bound queue that was
-//! finalised (its storage is zeroed) or re-initialised as another kind of
-//! handle is therefore refused with `INVALID_HANDLE`, and one
-//! re-initialised as a queue of the same kind is polled as that new
-//! queue: never undefined behaviour, provided the storages stay allocated
-//! and in place while bound (the documented contract).
+//! The binding records the two storage addresses in the CQ storage, with
+//! the magic word each holds while live ([`CqBinding`]). Each bound poll
+//! checks the CQ handle in full, then checks the magic word of both bound
+//! storages again (one load and one compare with the recorded word each;
+//! their NULL and alignment checks were done at bind time and cannot
+//! change). A bound queue that was finalised (its storage is zeroed) or
+//! re-initialised as another kind of handle is therefore refused with
+//! `INVALID_HANDLE`, and one re-initialised as a queue of the same kind is
+//! polled as that new queue: never undefined behaviour, provided the
+//! storages stay allocated and in place while bound (the documented
+//! contract).
 //!
 //! The alternative, refusing `_fini` of a bound queue with
 //! `RESOURCE_BUSY`, would save those two compares per poll but needs a
 //! bound count in the SQ/RQ storage that `_init` must keep: `_init` would
 //! have to read storage it may legitimately receive uninitialised, and a
 //! re-`_init` over a bound queue (allowed today) would reset the count and
-//! let a later `_fini` leave the binding dangling. The re-check is a few
-//! instructions (the `abi_poll_bound_*` rows of `scripts/bench.sh`) and
-//! covers every misuse short of freeing or moving the storage.
+//! let a later `_fini` leave the binding dangling. Letting `_fini` of a
+//! bound queue unbind it from its CQs instead (the CQ's binding switched
+//! to a sentinel, so a bound pointer is always live and the poll needs no
+//! re-check) has the same flaw: the queue storage would have to name its
+//! CQs, and that record could only be kept across a re-`_init` by trusting
+//! storage `_init` may receive uninitialised (a stale image of an old
+//! handle at a reused address would make a later `_fini` write into
+//! memory that is no longer a CQ), nor cleared by a `rdd_mlx5_cq_init`
+//! over a bound CQ, which cannot trust its old binding either; a CQ
+//! storage freed while bound (not forbidden today) would be written by
+//! the queue's `_fini`. The re-check is a few instructions (the
+//! `abi_poll_bound_*` rows of `scripts/bench.sh`) and covers every misuse
+//! short of freeing or moving the storage.
 
+use core::mem::align_of;
 use core::slice;
 
 use super::check_array;
@@ -79,7 +91,7 @@ pub unsafe extern "C" fn rdd_mlx5_cq_bind(
         }
         // SAFETY: `cq` is a live handle, so non-NULL and aligned; the
         // binding lies after the handle's slot.
-        unsafe { cq_binding(cq).write(CqBinding { sq, rq }) };
+        unsafe { cq_binding(cq).write(CqBinding::new(sq, rq)) };
         rdd_status::Ok
     })
 }
@@ -144,49 +156,66 @@ pub unsafe extern "C" fn rdd_mlx5_cq_poll_bound(
 ) -> i32 {
     ffi_boundary!({
         if n == 1 {
-            // The common one-entry case in straight-line code, without the
-            // frame the loops need; every other case, and every entry the
-            // fast path does not take, goes to `poll_bound_slow`, which
-            // makes the same checks again (they are cheap and pure).
             // SAFETY: caller contract.
-            if let Ok(queue) = unsafe { handle::get(cq) } {
-                if !out.is_null() && !handle::misaligned(out) {
-                    // SAFETY: `cq` is a live handle (non-NULL, aligned);
-                    // the binding lies after the handle's slot, apart from
-                    // `queue`'s bytes.
-                    let b = unsafe { cq_binding(cq).read() };
-                    // Both bound handles are checked (a finalised one is
-                    // refused by the slow path, as for any `n`); only the
-                    // send queue is used here: the fast path takes
-                    // requester entries alone. An unbound CQ names the
-                    // sentinels, whose magic words never match, so no
-                    // NULL test is needed first.
-                    // SAFETY: `b.sq` and `b.rq` are storages bound with
-                    // `rdd_mlx5_cq_bind` (still allocated and in place:
-                    // caller contract) or the readable sentinels; the
-                    // reference is the only one into the SQ storage,
-                    // which is not the CQ's (its magic word is an SQ's).
-                    let sq = unsafe { handle::get_again(b.sq) };
-                    // SAFETY: as above (a check only, no reference).
-                    let rq_live = unsafe { handle::is_live_again(b.rq) };
-                    if let (Ok(sq), true) = (sq, rq_live) {
-                        // SAFETY: `out` is non-NULL and aligned (checked)
-                        // and valid for one write (caller contract);
-                        // `rdd_wc` has the layout of `Wc` (asserted) and
-                        // every bit pattern is a valid `Wc`.
-                        let w = unsafe { &mut *out.cast::<Wc>() };
-                        let fast = queue.poll_one_fast(|qpn| (sq.qpn() == qpn).then_some(sq), w);
-                        if let Some(k) = fast {
-                            // k <= 1.
-                            return k as i32;
-                        }
-                    }
-                }
+            if let Some(k) = unsafe { poll_one_bound(cq, out) } {
+                return k;
             }
         }
         // SAFETY: caller contract.
         unsafe { poll_bound_slow(cq, out, n) }
     })
+}
+
+/// The common one-entry case of [`rdd_mlx5_cq_poll_bound`] in
+/// straight-line code, without the frame the loops need: `Some(k)` (0 or
+/// 1, the call's result) when every check passed and the next entry was
+/// a user-signaled successful requester CQE of the bound QP or none;
+/// `None` with nothing changed otherwise, and then [`poll_bound_slow`]
+/// makes every check again (they are cheap and pure) and handles the
+/// entry, or names the failure.
+///
+/// # Safety
+/// As for [`rdd_mlx5_cq_poll_bound`] with `n` = 1.
+#[inline(always)]
+unsafe fn poll_one_bound(cq: *mut rdd_mlx5_cq_storage, out: *mut rdd_wc) -> Option<i32> {
+    // NULL and alignment of both pointers first; each failure is the slow
+    // path's to name.
+    // One test for both alignments: the CQ storage is 16-aligned exactly
+    // when its address's low 4 bits are 0, and `out` (8-aligned) exactly
+    // when bits 1..3 of twice its address are; OR-ed, the low 4 bits are
+    // 0 exactly when both are aligned.
+    const { assert!(align_of::<rdd_mlx5_cq_storage>() == 16 && align_of::<rdd_wc>() == 8) };
+    let low = ((out as usize) << 1 | cq as usize) as u8 & 15;
+    if cq.is_null() || out.is_null() || low != 0 {
+        return None;
+    }
+    // SAFETY: non-NULL and aligned (checked), readable (caller contract).
+    let queue = unsafe { handle::get_again(cq) }.ok()?;
+    // SAFETY: `cq` is a live handle (non-NULL, aligned); the binding lies
+    // after the handle's slot, apart from `queue`'s bytes.
+    let b = unsafe { &*cq_binding(cq) };
+    // Both bound handles are checked (a finalised one is refused by the
+    // slow path, as for any `n`); only the send queue is used here: the
+    // fast path takes requester entries alone. An unbound CQ names the
+    // sentinels, whose magic words never match, so no NULL test is needed
+    // first.
+    // SAFETY: `b` is the binding of a live CQ handle: the storages bound
+    // with `rdd_mlx5_cq_bind` (still allocated and in place: caller
+    // contract) or the sentinels.
+    if !unsafe { b.both_live() } {
+        return None;
+    }
+    // SAFETY: the magic word of `b.sq` is live (just checked); the
+    // reference is the only one into the SQ storage, which is not the
+    // CQ's (its magic word is an SQ's).
+    let sq = unsafe { handle::value_checked_by_caller(b.sq) };
+    // SAFETY: `out` is non-NULL and aligned (checked) and valid for one
+    // write (caller contract); `rdd_wc` has the layout of `Wc` (asserted)
+    // and every bit pattern is a valid `Wc`.
+    let w = unsafe { &mut *out.cast::<Wc>() };
+    let k = queue.poll_one_fast(|qpn| (sq.qpn() == qpn).then_some(sq), w)?;
+    // k <= 1.
+    Some(k as i32)
 }
 
 /// Everything [`rdd_mlx5_cq_poll_bound`] does, for the cases its inline

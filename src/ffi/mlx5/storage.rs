@@ -5,7 +5,7 @@ use core::mem::{align_of, size_of};
 
 use static_assertions::{const_assert, const_assert_eq};
 
-use crate::ffi::handle::{HandleStorage, Slot};
+use crate::ffi::handle::{self, HandleStorage, Slot};
 use crate::provider::mlx5::{CompletionQueue, RecvQueue, SendQueue, WrSlot};
 
 // ---------------------------------------------------------------------
@@ -88,12 +88,15 @@ unsafe impl HandleStorage for rdd_mlx5_cq_storage {
 
 /// The send and receive queue handles bound to a CQ handle
 /// (`rdd_mlx5_cq_bind`), kept in the last bytes of its
-/// `rdd_mlx5_cq_storage`, after the handle's [`Slot`]. Nothing bound:
-/// both point to the [`UNBOUND_SQ`] and [`UNBOUND_RQ`] sentinels (the
-/// state `rdd_mlx5_cq_init` and `rdd_mlx5_cq_unbind` leave), so a bound
-/// poll checks the send queue's magic word without a NULL test first: the
-/// sentinel's never matches. A finalised CQ storage is all zeroes (NULL
-/// here), but its own magic word is refused before the binding is read.
+/// `rdd_mlx5_cq_storage`, after the handle's [`Slot`], with the magic
+/// word each holds while live ([`handle::live_key`], computed once at
+/// bind time so that a bound poll compares each with one XOR). Nothing
+/// bound: both point to the [`UNBOUND_SQ`] and [`UNBOUND_RQ`] sentinels
+/// (the state `rdd_mlx5_cq_init` and `rdd_mlx5_cq_unbind` leave), with
+/// their keys, so a bound poll checks the queues' magic words without a
+/// NULL test first: the sentinels' are zero and never match. A finalised
+/// CQ storage is all zeroes (NULL pointers here), but its own magic word
+/// is refused before the binding is read.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub(super) struct CqBinding {
@@ -102,6 +105,10 @@ pub(super) struct CqBinding {
     /// The bound receive queue's storage, or [`UNBOUND_RQ`] (exactly when
     /// `sq` is [`UNBOUND_SQ`]).
     pub(super) rq: *mut rdd_mlx5_rq_storage,
+    /// `handle::live_key(sq)`.
+    pub(super) sq_key: u64,
+    /// `handle::live_key(rq)`.
+    pub(super) rq_key: u64,
 }
 
 /// What an unbound CQ's binding names instead of a send queue: zeroed
@@ -117,14 +124,25 @@ static UNBOUND_RQ: rdd_mlx5_rq_storage = rdd_mlx5_rq_storage {
 };
 
 impl CqBinding {
+    /// The binding of `sq` and `rq`, with their live magic words.
+    #[inline(always)]
+    pub(super) fn new(sq: *mut rdd_mlx5_sq_storage, rq: *mut rdd_mlx5_rq_storage) -> CqBinding {
+        CqBinding {
+            sq,
+            rq,
+            sq_key: handle::live_key(sq),
+            rq_key: handle::live_key(rq),
+        }
+    }
+
     /// Nothing bound: the two sentinels. The pointers are only read
     /// through (a magic-word check that fails), never written.
     #[inline(always)]
     pub(super) fn none() -> CqBinding {
-        CqBinding {
-            sq: core::ptr::addr_of!(UNBOUND_SQ).cast_mut(),
-            rq: core::ptr::addr_of!(UNBOUND_RQ).cast_mut(),
-        }
+        CqBinding::new(
+            core::ptr::addr_of!(UNBOUND_SQ).cast_mut(),
+            core::ptr::addr_of!(UNBOUND_RQ).cast_mut(),
+        )
     }
 
     /// Whether nothing is bound (the sentinels, or the NULL of a zeroed
@@ -132,6 +150,25 @@ impl CqBinding {
     #[inline(always)]
     pub(super) fn is_none(&self) -> bool {
         self.sq.is_null() || core::ptr::eq(self.sq, core::ptr::addr_of!(UNBOUND_SQ))
+    }
+
+    /// Whether both bound storages still hold live handles of their kinds
+    /// (false for the sentinels): two loads, two XORs with the keys and
+    /// one branch, the check of `handle::get_again` on both.
+    ///
+    /// # Safety
+    /// `sq` and `rq` are the storages `rdd_mlx5_cq_bind` checked (still
+    /// allocated and in place: its contract) or the sentinels; not the
+    /// zeroed binding of a finalised CQ storage.
+    #[inline(always)]
+    pub(super) unsafe fn both_live(&self) -> bool {
+        // SAFETY: non-NULL, aligned and readable (caller contract).
+        unsafe {
+            if handle::magic_xor(self.sq, self.sq_key) != 0 {
+                return false;
+            }
+            handle::magic_xor(self.rq, self.rq_key) == 0
+        }
     }
 }
 
