@@ -39,7 +39,7 @@ impl SendBatch<'_> {
     #[inline(always)]
     pub unsafe fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         // SAFETY: forwarded contract; the cursor is this queue's.
-        let w = unsafe { self.sq.write(&mut self.cur, wr) }?;
+        let w = unsafe { self.sq.write::<false>(&mut self.cur, wr) }?;
         self.sq.note_signaled(&self.cur, w.sig);
         self.count += 1;
         self.last_start = w.start;
@@ -260,7 +260,7 @@ impl SendQueue {
     pub unsafe fn post_one(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let mut c = self.cursor();
         // SAFETY: forwarded contract.
-        let w = unsafe { self.write(&mut c, wr) }?;
+        let w = unsafe { self.write::<true>(&mut c, wr) }?;
         self.store_cursor(&c);
         self.note_signaled(&c, w.sig);
         // Earlier un-rung WQEs are covered by this doorbell too.

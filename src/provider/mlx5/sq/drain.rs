@@ -55,7 +55,7 @@ impl SendQueue {
         self.limit = self.wqe_cnt;
         let mut c = self.cursor();
         // SAFETY: a NOP has no SGEs: the device accesses no memory for it.
-        let written = unsafe { self.write(&mut c, &nop) };
+        let written = unsafe { self.write::<true>(&mut c, &nop) };
         self.limit = limit;
         let mut w = written?;
         self.store_cursor(&c);
