@@ -448,18 +448,7 @@ fn a_stopped_peer_runs_out_the_ack_timer() {
     // SAFETY: stopping our own child process.
     assert_eq!(unsafe { libc::kill(p.proc.id() as i32, libc::SIGSTOP) }, 0);
     // The stop takes effect asynchronously: wait until it has.
-    let stat = format!("/proc/{}/stat", p.proc.id());
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .starts_with(" T")
-    {
-        assert!(t0.elapsed() < BOUND, "the peer never stopped");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    p.wait_stopped();
     let t = Instant::now();
     post(&mut s, 1, SendOp::Read { remote }, &[buf.sge(0, 64)], SIG);
     let w = wait_wc(&mut s, Duration::from_secs(2));

@@ -23,22 +23,6 @@ fn fabric_child() {
     }
 }
 
-/// Waits until the child's state letter is `T` (stopped).
-fn wait_stopped(p: &Peer) {
-    let stat = format!("/proc/{}/stat", p.proc.id());
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .starts_with(" T")
-    {
-        assert!(t0.elapsed() < BOUND, "the peer never stopped");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn a_requester_paused_with_its_peer_does_not_time_out() {
     // The requester's device in step mode: it runs only when stepped, as
@@ -64,7 +48,7 @@ fn a_requester_paused_with_its_peer_does_not_time_out() {
     let buf = s.pd.register(64, Access::LOCAL_WRITE).unwrap();
     // SAFETY: stopping our own child process.
     assert_eq!(unsafe { libc::kill(p.proc.id() as i32, libc::SIGSTOP) }, 0);
-    wait_stopped(&p);
+    p.wait_stopped();
     post(&mut s, 1, SendOp::Read { remote }, &[buf.sge(0, 64)], SIG);
     for _ in 0..4 {
         s.dev.backend().step();

@@ -26,6 +26,23 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// Waits (at most [`BOUND`]) until the child's state letter in
+    /// `/proc/<pid>/stat` is `T`: a SIGSTOP takes effect asynchronously.
+    pub fn wait_stopped(&self) {
+        let stat = format!("/proc/{}/stat", self.proc.id());
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&stat)
+            .unwrap()
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .starts_with(" T")
+        {
+            assert!(t0.elapsed() < BOUND, "the peer never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Starts a child in `role` with extra environment `env`.
     pub fn spawn(role: &str, env: &[(&str, &str)]) -> Peer {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
