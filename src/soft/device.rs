@@ -111,11 +111,14 @@ impl SoftDevice {
         e.pds.len() as u32
     }
 
-    /// Frees a protection domain.
+    /// Frees a protection domain: [`Error::ResourceBusy`] (and the
+    /// domain stays) while a QP, SRQ or memory region of it exists, as
+    /// `ibv_dealloc_pd` refuses with `EBUSY`.
     pub fn dealloc_pd(&self, pd: u32) -> Result<()> {
         let mut e = self.engine();
         let busy = e.qps.iter().flatten().any(|q| q.pd == pd)
-            || e.srqs.iter().flatten().any(|s| s.pd == pd);
+            || e.srqs.iter().flatten().any(|s| s.pd == pd)
+            || e.mrs.any_in(pd);
         match e.pds.get_mut((pd as usize).wrapping_sub(1)) {
             Some(live @ true) => {
                 if busy {
@@ -514,5 +517,35 @@ impl SoftDevice {
         }
         drop(q.mem);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A domain with a registered region is busy until the region goes,
+    /// and the refused call changes nothing: the region still works.
+    #[test]
+    fn a_domain_with_a_region_is_busy() {
+        let dev = SoftDevice::new(SoftConfig::default());
+        let pd = dev.alloc_pd();
+        let other = dev.alloc_pd();
+        let buf = std::vec![0u8; 64];
+        // SAFETY: `buf` outlives the region (deregistered below).
+        let key = unsafe { dev.reg_mr(pd, buf.as_ptr() as u64, 64, Access::LOCAL_WRITE) }.unwrap();
+        assert_eq!(dev.dealloc_pd(pd), Err(Error::ResourceBusy));
+        assert_eq!(
+            dev.dealloc_pd(other),
+            Ok(()),
+            "only the region's domain is busy"
+        );
+        assert!(
+            dev.engine().mrs.get(key).is_some(),
+            "the region survives the refusal"
+        );
+        dev.dereg_mr(key).unwrap();
+        assert_eq!(dev.dealloc_pd(pd), Ok(()));
+        assert_eq!(dev.dealloc_pd(pd), Err(Error::NoSuchObject));
     }
 }

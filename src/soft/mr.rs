@@ -65,6 +65,13 @@ impl MrTable {
         }
     }
 
+    /// Whether any region of protection domain `pd` is registered.
+    pub fn any_in(&self, pd: u32) -> bool {
+        self.slots
+            .iter()
+            .any(|(_, e)| e.is_some_and(|m| m.pd == pd))
+    }
+
     #[inline]
     pub fn get(&self, key: u32) -> Option<&MrEntry> {
         match self.slots.get((key >> 8) as usize) {
