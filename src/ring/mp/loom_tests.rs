@@ -137,14 +137,14 @@ fn poll_step(m: &Model, ci: &mut u32, ids: &mut Vec<u64>) {
         // SAFETY (model): the entry belongs to software now.
         let counter = m.cqe[slot].with(|p| unsafe { *p });
         let mut id = 0;
-        // SAFETY: this is the only retiring thread.
-        let start = unsafe {
-            m.ring.retire(counter, |s| {
-                let (i, end) = m.side[(s % CNT) as usize].with(|p| unsafe { *p });
-                id = i;
-                Some(end)
-            })
+        let side = |s: u32| {
+            // SAFETY (model): the retirer alone reads a published slot.
+            let (i, end) = m.side[(s % CNT) as usize].with(|p| unsafe { *p });
+            id = i;
+            Some(end)
         };
+        // SAFETY: this is the only retiring thread.
+        let start = unsafe { m.ring.retire(counter, side) };
         assert_eq!(start, Some(*ci), "CQE {ci} names a published WQE");
         ids.push(id);
         *ci += 1;
@@ -310,14 +310,15 @@ fn shared_cq_routes_to_the_right_qp() {
                 // SAFETY (model): the entry belongs to software now.
                 let (q, counter) = cqe[slot].with(|p| unsafe { *p });
                 let m = qps[q as usize];
-                // SAFETY: the only retirer of each ring.
-                let r = unsafe {
-                    m.ring.retire(counter, |s| {
-                        let (i, end) = m.side[(s % CNT) as usize].with(|p| unsafe { *p });
-                        ids.push(i);
-                        Some(end)
-                    })
+                let side = |s: u32| {
+                    // SAFETY (model): the retirer alone reads a published
+                    // slot.
+                    let (i, end) = m.side[(s % CNT) as usize].with(|p| unsafe { *p });
+                    ids.push(i);
+                    Some(end)
                 };
+                // SAFETY: the only retirer of each ring.
+                let r = unsafe { m.ring.retire(counter, side) };
                 assert!(r.is_some(), "CQE routed to QP {q} names its WQE");
                 ci += 1;
             } else {
