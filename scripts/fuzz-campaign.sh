@@ -45,7 +45,8 @@
 # fuzz/merged/ are committed, and docs/fuzzing.md summarises them.
 # Environment: FUZZ_INPUT_TIMEOUT (seconds per input, default
 # 10), FUZZ_RSS_MB (default 2048), CAMPAIGN_DIR (default fuzz/campaign),
-# CAMPAIGN_LEDGER (default fuzz/ledger.tsv).
+# CAMPAIGN_LEDGER (default fuzz/ledger.tsv), CARGO_TARGET_DIR (where the
+# fuzz binaries are built and looked for; default fuzz/target).
 # Two ASan features are off (ASAN_OPTIONS, unless set): stack-use-after-
 # return detection (safe Rust cannot return a dangling stack pointer) and
 # allocation stacks in reports (malloc_context_size=0; the failing access
@@ -72,6 +73,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/toolchains.sh
 . "$root/scripts/toolchains.sh"
 cd "$root/fuzz"
+# An empty CARGO_TARGET_DIR is an error to cargo; treat it as unset.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+    unset CARGO_TARGET_DIR
+fi
 camp=${CAMPAIGN_DIR:-$root/fuzz/campaign}
 input_timeout=${FUZZ_INPUT_TIMEOUT:-10}
 rss=${FUZZ_RSS_MB:-2048}
@@ -95,7 +100,11 @@ echo "== campaign: build ${targets[*]}"
 for t in "${targets[@]}"; do
     cargo +"$RDD_NIGHTLY" fuzz build "$t"
 done
-bindir=target/x86_64-unknown-linux-gnu/release
+# Where cargo puts the fuzz binaries: $CARGO_TARGET_DIR when set (cargo
+# reads a relative one from the fuzz/ directory, as this script does), else
+# fuzz/target.
+tdir=${CARGO_TARGET_DIR:-target}
+bindir=$tdir/x86_64-unknown-linux-gnu/release
 mkdir -p "$camp/corpus" "$camp/coverage" "$camp/logs"
 stats=${CAMPAIGN_LEDGER:-$root/fuzz/ledger.tsv}
 if [ ! -f "$stats" ]; then
@@ -214,6 +223,8 @@ for t in "${targets[@]}"; do
         echo "== campaign: $t: source coverage (cargo fuzz coverage)"
         out=$camp/coverage/$t.txt
         cargo +"$RDD_NIGHTLY" fuzz coverage "$t" "$corpus" >"$log.cov" 2>&1
+        # cargo fuzz coverage builds into fuzz/target/<triple>/coverage
+        # whatever CARGO_TARGET_DIR says (it passes its own --target-dir).
         cbin=target/x86_64-unknown-linux-gnu/coverage/x86_64-unknown-linux-gnu/release/$t
         prof=coverage/$t/coverage.profdata
         llvm=$(rustc +"$RDD_NIGHTLY" --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin
