@@ -65,7 +65,10 @@ static void full_write(int fd, const void *p, size_t n)
 
 static void open_side(struct side *s)
 {
+    uint32_t path = 0;
     MUST(rdd_device_open_fabric(NULL, &s->dev));
+    MUST(rdd_device_data_path(s->dev, &path));
+    CHECK_EQ(path, RDD_DATA_PATH_SOFTWARE);
     MUST(rdd_device_start(s->dev));
     MUST(rdd_pd_alloc(s->dev, &s->pd));
     MUST(rdd_cq_create(s->dev, 256, &s->cq));

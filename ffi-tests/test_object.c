@@ -16,7 +16,10 @@ static void test_pingpong_step(void)
 {
     struct env e;
     rdd_qp_info a, b;
+    uint32_t path = 0;
     env_open(&e, NULL, NULL, RDD_ACCESS_LOCAL_WRITE, NULL);
+    CHECK_EQ(rdd_device_data_path(e.dev, &path), RDD_STATUS_OK);
+    CHECK_EQ(path, RDD_DATA_PATH_SOFTWARE);
     CHECK_EQ(rdd_qp_query_info(e.qp[0], &a), RDD_STATUS_OK);
     CHECK_EQ(rdd_qp_query_info(e.qp[1], &b), RDD_STATUS_OK);
     CHECK(a.qpn != b.qpn);

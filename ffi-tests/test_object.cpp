@@ -57,6 +57,10 @@ Device open_device()
 {
     rdd_device *d = nullptr;
     must(rdd_device_open_soft(nullptr, &d), "rdd_device_open_soft");
+    std::uint32_t path = 0;
+    CHECK_EQ(rdd_device_data_path(d, &path), RDD_STATUS_OK);
+    CHECK_EQ(path, static_cast<std::uint32_t>(RDD_DATA_PATH_SOFTWARE));
+    CHECK_EQ(rdd_device_data_path(d, nullptr), RDD_STATUS_NULL_PARAMETER);
     return Device(d);
 }
 

@@ -40,6 +40,7 @@ static void test_null_parameters(void)
     /* Outputs. */
     CHECK_EQ(rdd_device_open_soft(NULL, NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_device_step(e.dev, NULL), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_device_data_path(e.dev, NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_pd_alloc(e.dev, NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_mr_reg(e.pd, 64, 0, NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_mr_addr(e.mr[0], NULL), RDD_STATUS_NULL_PARAMETER);
@@ -58,6 +59,8 @@ static void test_null_parameters(void)
     /* Handles. */
     CHECK_EQ(rdd_device_close(NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_device_step(NULL, &n), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(rdd_device_data_path(NULL, &key), RDD_STATUS_NULL_PARAMETER);
+    CHECK_EQ(key, 77u);
     CHECK_EQ(rdd_device_start(NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_device_stop(NULL), RDD_STATUS_NULL_PARAMETER);
     CHECK_EQ(rdd_pd_alloc(NULL, &pd), RDD_STATUS_NULL_PARAMETER);
@@ -156,6 +159,8 @@ static void test_destroyed_handles(void)
     /* Every function rejects every destroyed handle. */
     CHECK_EQ(rdd_device_close(dev2), RDD_STATUS_INVALID_HANDLE);
     CHECK_EQ(rdd_device_step(dev2, &n), RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(rdd_device_data_path(dev2, &key), RDD_STATUS_INVALID_HANDLE);
+    CHECK_EQ(key, 77u);
     CHECK_EQ(rdd_device_start(dev2), RDD_STATUS_INVALID_HANDLE);
     CHECK_EQ(rdd_device_stop(dev2), RDD_STATUS_INVALID_HANDLE);
     CHECK_EQ(rdd_pd_alloc(dev2, &pd2), RDD_STATUS_INVALID_HANDLE);

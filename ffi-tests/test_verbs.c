@@ -321,6 +321,17 @@ static void test_rxe_deferred(struct side *a, struct side *b, const rdd_connect_
     MUST(rdd_qp_connect(a->qp, &b->info, attr));
 }
 
+/* The data path rdd_device_data_path must report for rxe and siw: their
+ * direct rings unless RDMA_DIRECT_DATA_PATH asks for the fallback. */
+static void check_data_path(rdd_device *dev)
+{
+    const char *env = getenv("RDMA_DIRECT_DATA_PATH");
+    int fallback = env && (strcmp(env, "fallback") == 0 || strcmp(env, "portable") == 0);
+    uint32_t path = 0;
+    MUST(rdd_device_data_path(dev, &path));
+    CHECK_EQ(path, fallback ? RDD_DATA_PATH_FALLBACK : RDD_DATA_PATH_DIRECT);
+}
+
 static void test_rxe(const char *name)
 {
     rdd_device *dev;
@@ -339,6 +350,7 @@ static void test_rxe(const char *name)
     const char *hello = "hello from C on a kernel device";
 
     MUST(rdd_device_open_verbs(name, &dev));
+    check_data_path(dev);
     CHECK_EQ(rdd_device_step(dev, &work), RDD_STATUS_UNSUPPORTED);
     CHECK_EQ(rdd_device_start(dev), RDD_STATUS_UNSUPPORTED);
     MUST(rdd_pd_alloc(dev, &pd));
@@ -463,6 +475,7 @@ static void test_siw(const char *name)
     rdd_pd *pd;
     struct side a, b;
     MUST(rdd_device_open_verbs(name, &dev));
+    check_data_path(dev);
     MUST(rdd_pd_alloc(dev, &pd));
     open_side(dev, pd, &a);
     open_side(dev, pd, &b);

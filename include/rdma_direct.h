@@ -449,6 +449,27 @@
 #define RDD_MR_MAX_LEN 1099511627776
 
 /**
+ * `rdd_device_data_path`: the in-process software HCA (also the fabric
+ * device), whose queues are in the mlx5 layout and go through the mlx5
+ * data path.
+ */
+#define RDD_DATA_PATH_SOFTWARE 1
+
+/**
+ * `rdd_device_data_path`: a kernel device whose QPs and CQs run on
+ * rdma-direct's own WQEs, doorbells and completion polling (the mlx5 core
+ * on ConnectX; rdma-direct's rings on rxe and siw).
+ */
+#define RDD_DATA_PATH_DIRECT 2
+
+/**
+ * `rdd_device_data_path`: a kernel device served by libibverbs' own
+ * provider (`ibv_post_send`, `ibv_poll_cq`): a device with no direct
+ * path, or `RDMA_DIRECT_DATA_PATH=fallback` when it was opened.
+ */
+#define RDD_DATA_PATH_FALLBACK 3
+
+/**
  * `rdd_cq_wait` modes.
  */
 #define RDD_WAIT_BUSY_POLL 0
@@ -3417,6 +3438,24 @@ rdd_status rdd_device_open_fabric(const struct rdd_soft_config *cfg,
  */
 rdd_status rdd_device_open_verbs(const char *name,
                                  struct rdd_device **out);
+
+/**
+ * Which data path the QPs and CQs of `dev` use, fixed when it was
+ * opened: `*out` is `RDD_DATA_PATH_SOFTWARE` (`rdd_device_open_soft`,
+ * `rdd_device_open_fabric`), `RDD_DATA_PATH_DIRECT` (a kernel device on
+ * rdma-direct's own rings or the mlx5 core) or `RDD_DATA_PATH_FALLBACK`
+ * (a kernel device on libibverbs' `ibv_post_send` / `ibv_poll_cq`). The
+ * calls behave the same on all three; what differs is the cost, and that
+ * on the fallback `RDD_SEND_DEFER_DOORBELL` is a hint (each call rings).
+ *
+ * Errors: `NULL_PARAMETER` (`dev` or `out` NULL), `INVALID_HANDLE`
+ * (`dev` is not a live device); `*out` is then unwritten.
+ *
+ * # Safety
+ * `out` is valid for a write of one `uint32_t`.
+ */
+rdd_status rdd_device_data_path(struct rdd_device *dev,
+                                uint32_t *out);
 
 /**
  * Closes a device: stops its thread and frees it. Fails with

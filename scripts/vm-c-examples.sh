@@ -23,7 +23,8 @@
 #                        the C API does not offer: both examples must exit
 #                        2 and say so, not fail obscurely
 # The data path is the caller's RDMA_DIRECT_DATA_PATH (vm-suite.sh runs
-# this once with `direct` and once with `fallback`).
+# this once with `direct` and once with `fallback`); the first pingpong and
+# write_bw runs must report that path (rdd_device_data_path).
 #
 # Exit status: 0 all checks passed; 1 at least one failed; 2 not inside the
 # VM or no binaries.
@@ -65,10 +66,14 @@ check() {
 echo "kernel $(uname -r); RDMA_DIRECT_DATA_PATH=${RDMA_DIRECT_DATA_PATH:-(unset)}; binaries: $BIN"
 echo "built on the host with: $(cat "$BIN/BUILD" 2>/dev/null || echo '(no BUILD file)')"
 
-check "c-pingpong-$RXE" 0 "" "$BIN/pingpong" 1000 64 --device "$RXE"
+# The data path each example reports (rdd_device_data_path) must be the
+# one RDMA_DIRECT_DATA_PATH asked for: rxe's direct rings by default.
+dp=direct
+case "${RDMA_DIRECT_DATA_PATH:-}" in fallback | portable) dp=fallback ;; esac
+check "c-pingpong-$RXE" 0 "data path: $dp (" "$BIN/pingpong" 1000 64 --device "$RXE"
 check "c-pingpong-$RXE-4096" 0 "" "$BIN/pingpong" 200 4096 --device "$RXE"
 check "c-pingpong-$RXE-asan" 0 "" "$BIN/pingpong_asan" 200 64 --device "$RXE"
-check "c-write_bw-$RXE" 0 "" "$BIN/write_bw" --device "$RXE" --iters 200 --warmup 20
+check "c-write_bw-$RXE" 0 "Data path        : $dp (" "$BIN/write_bw" --device "$RXE" --iters 200 --warmup 20
 check "c-write_bw-$RXE-4096" 0 "" "$BIN/write_bw" --device "$RXE" --size 4096 --iters 2000 --warmup 200
 check "c-write_bw-$RXE-asan-unbatched" 0 "" \
   "$BIN/write_bw_asan" --device "$RXE" --size 65536 --iters 200 --warmup 20 --batch 1

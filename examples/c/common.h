@@ -198,24 +198,27 @@ static inline const char *ex_medium(const char *device)
     return "a kernel RDMA device; both QPs in this process, on one device";
 }
 
-/* Which data path the library gives a kernel device's QPs (the C API has
- * no query for it: this is the rule rdd_device_open_verbs documents). */
-static inline const char *ex_data_path(const char *device)
+/* Which data path the QPs of `dev` (opened from `device`, NULL for the
+ * software HCA) run on, as rdd_device_data_path reports it. */
+static inline const char *ex_data_path(rdd_device *dev, const char *device)
 {
-    const char *env = getenv("RDMA_DIRECT_DATA_PATH");
-    if (device == NULL) {
-        return "the mlx5 data path on the software HCA's queues";
+    uint32_t path = 0;
+    rdd_status s = rdd_device_data_path(dev, &path);
+    if (s != RDD_STATUS_OK) {
+        ex_fail("rdd_device_data_path", s);
     }
-    if (env != NULL && (strcmp(env, "fallback") == 0 || strcmp(env, "portable") == 0)) {
-        return "libibverbs' provider (RDMA_DIRECT_DATA_PATH=fallback)";
+    switch (path) {
+    case RDD_DATA_PATH_SOFTWARE:
+        return "software (the mlx5 data path on the software HCA's queues)";
+    case RDD_DATA_PATH_DIRECT:
+        return device != NULL && strncmp(device, "mlx5", 4) == 0
+                   ? "direct (rdma-direct's mlx5 data path)"
+                   : "direct (rdma-direct's own rings: its WQEs, doorbells and completion polling)";
+    case RDD_DATA_PATH_FALLBACK:
+        return "fallback (libibverbs' provider: ibv_post_send, ibv_poll_cq)";
+    default:
+        return "unknown";
     }
-    if (strncmp(device, "rxe", 3) == 0 || strncmp(device, "siw", 3) == 0) {
-        return "rdma-direct's own rings (its WQEs, doorbells and completion polling)";
-    }
-    if (strncmp(device, "mlx5", 4) == 0) {
-        return "rdma-direct's mlx5 data path";
-    }
-    return "libibverbs' provider (no direct path for this device)";
 }
 
 /* Cores this process may run on (at least 1). */

@@ -277,7 +277,7 @@ int main(int argc, char **argv)
         printf("pingpong: device: %s, %s\n", device, ex_medium(device));
         char gid[40];
         ex_gid_str(info.gid, gid);
-        printf("pingpong: data path: %s\n", ex_data_path(device));
+        printf("pingpong: data path: %s\n", ex_data_path(dev, device));
         printf("pingpong: GID %s, path MTU %u bytes (rdd_qp_query_info)\n", gid, info.mtu);
     }
     {

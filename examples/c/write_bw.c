@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         printf(" Device           : %s (kernel verbs, port 1)\n", device);
     }
     printf(" What it is       : %s\n", ex_medium(device));
-    printf(" Data path        : %s\n", ex_data_path(device));
+    printf(" Data path        : %s\n", ex_data_path(dev, device));
     if (device != NULL) {
         ex_gid_str(info.gid, gid);
         printf(" GID, path MTU    : %s, %u bytes (rdd_qp_query_info)\n", gid, info.mtu);

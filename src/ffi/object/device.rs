@@ -1,5 +1,6 @@
-//! Device calls: open (software or kernel device), close, and driving the
-//! software device (step, start, stop).
+//! Device calls: open (software or kernel device), close, the data path
+//! a device's queues use, and driving the software device (step, start,
+//! stop).
 
 use std::boxed::Box;
 use std::sync::Arc;
@@ -16,6 +17,19 @@ use super::{as_handle, h, put};
 // ---------------------------------------------------------------------
 // Device
 // ---------------------------------------------------------------------
+
+/// `rdd_device_data_path`: the in-process software HCA (also the fabric
+/// device), whose queues are in the mlx5 layout and go through the mlx5
+/// data path.
+pub const RDD_DATA_PATH_SOFTWARE: u32 = 1;
+/// `rdd_device_data_path`: a kernel device whose QPs and CQs run on
+/// rdma-direct's own WQEs, doorbells and completion polling (the mlx5 core
+/// on ConnectX; rdma-direct's rings on rxe and siw).
+pub const RDD_DATA_PATH_DIRECT: u32 = 2;
+/// `rdd_device_data_path`: a kernel device served by libibverbs' own
+/// provider (`ibv_post_send`, `ibv_poll_cq`): a device with no direct
+/// path, or `RDMA_DIRECT_DATA_PATH=fallback` when it was opened.
+pub const RDD_DATA_PATH_FALLBACK: u32 = 3;
 
 /// Opens a new software device (the in-process HCA) in step mode: work
 /// posted to its QPs executes only inside `rdd_device_step`, until
@@ -88,6 +102,7 @@ unsafe fn open_soft(
         let obj = Box::new(DeviceObj {
             backend: Arc::new(soft.clone()),
             soft: Some(soft),
+            path: RDD_DATA_PATH_SOFTWARE,
             link: Arc::new(()),
         });
         let handle = try_status!(insert(obj));
@@ -136,9 +151,14 @@ pub unsafe extern "C" fn rdd_device_open_verbs(
                 ..crate::verbs::VerbsConfig::default()
             };
             let dev = try_status!(crate::verbs::VerbsDevice::open(&cfg).map_err(rdd_status::from));
+            let path = match dev.data_path() {
+                crate::verbs::DataPath::Direct => RDD_DATA_PATH_DIRECT,
+                _ => RDD_DATA_PATH_FALLBACK,
+            };
             let obj = Box::new(DeviceObj {
                 backend: Arc::new(dev),
                 soft: None,
+                path,
                 link: Arc::new(()),
             });
             let handle = try_status!(insert(obj));
@@ -151,6 +171,30 @@ pub unsafe extern "C" fn rdd_device_open_verbs(
             let _ = name;
             rdd_status::Unsupported
         }
+    })
+}
+
+/// Which data path the QPs and CQs of `dev` use, fixed when it was
+/// opened: `*out` is `RDD_DATA_PATH_SOFTWARE` (`rdd_device_open_soft`,
+/// `rdd_device_open_fabric`), `RDD_DATA_PATH_DIRECT` (a kernel device on
+/// rdma-direct's own rings or the mlx5 core) or `RDD_DATA_PATH_FALLBACK`
+/// (a kernel device on libibverbs' `ibv_post_send` / `ibv_poll_cq`). The
+/// calls behave the same on all three; what differs is the cost, and that
+/// on the fallback `RDD_SEND_DEFER_DOORBELL` is a hint (each call rings).
+///
+/// Errors: `NULL_PARAMETER` (`dev` or `out` NULL), `INVALID_HANDLE`
+/// (`dev` is not a live device); `*out` is then unwritten.
+///
+/// # Safety
+/// `out` is valid for a write of one `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn rdd_device_data_path(dev: *mut rdd_device, out: *mut u32) -> rdd_status {
+    ffi_boundary!({
+        non_null!(out);
+        let d = try_status!(shared::<DeviceObj>(h(dev)));
+        // SAFETY: non-NULL (checked), writable (caller contract).
+        unsafe { put(out, d.path) };
+        rdd_status::Ok
     })
 }
 

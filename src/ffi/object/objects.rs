@@ -29,6 +29,9 @@ pub(super) struct DeviceObj {
     /// The software device (None for a kernel device).
     pub(super) soft: Option<SoftDevice>,
     pub(super) backend: Arc<dyn Backend>,
+    /// The data path its QPs and CQs use (`RDD_DATA_PATH_*`), fixed when
+    /// the device is opened.
+    pub(super) path: u32,
     /// Cloned by every PD and CQ.
     pub(super) link: Arc<()>,
 }

@@ -247,6 +247,7 @@ fn env_with(unguarded: bool, defers: bool) -> Env {
             log: Arc::clone(&log),
             defers,
         }),
+        path: super::device::RDD_DATA_PATH_DIRECT,
         link: Arc::new(()),
     }))
     .unwrap();
