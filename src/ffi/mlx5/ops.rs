@@ -54,9 +54,9 @@ unsafe fn send_args<'a>(
     allowed: u32,
 ) -> Result<&'a mut SendQueue, rdd_status> {
     // SAFETY: caller contract.
-    let queue = unsafe { handle::get(sq) }?;
+    let queue = unsafe { handle::get(sq) }.map_err(handle::refused)?;
     if flags & !allowed != 0 {
-        return Err(rdd_status::InvalidFlags);
+        return Err(handle::refused(rdd_status::InvalidFlags));
     }
     Ok(queue)
 }
