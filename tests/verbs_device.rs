@@ -42,6 +42,7 @@ include!("verbs_device/responder.rs");
 include!("verbs_device/refusals.rs");
 include!("verbs_device/srq.rs");
 include!("verbs_device/ud.rs");
+include!("verbs_device/mesh.rs");
 
 #[test]
 fn host_reports_missing_devices() {
