@@ -45,7 +45,8 @@ fn a_tcp_bootstrapped_mesh_writes_to_every_peer() {
                     let init = rdma_direct::api::QpInit::default();
                     let region = pd.register(8 * RANKS as usize, ALL_REMOTE).unwrap();
                     let mut src = pd.register(8, Access::LOCAL_WRITE).unwrap();
-                    src.as_mut_slice().copy_from_slice(&pattern(r).to_le_bytes());
+                    src.as_mut_slice()
+                        .copy_from_slice(&pattern(r).to_le_bytes());
                     let granted = ConnectAttr {
                         access: ALL_REMOTE,
                         ..ConnectAttr::default()
