@@ -89,17 +89,6 @@ pub(crate) fn misaligned<T>(p: *const T) -> bool {
     (p as usize as u8) & (align_of::<T>() - 1) as u8 != 0
 }
 
-/// `status`, from a call the compiler keeps out of line: a refusal of a
-/// per-opcode post returns through it, so the status is not loaded into
-/// the return register ahead of the test that selects it on the path
-/// that passes (2 instructions off every per-opcode post,
-/// docs/benchmarks.md).
-#[cold]
-#[inline(never)]
-pub(crate) fn refused(status: rdd_status) -> rdd_status {
-    status
-}
-
 /// The live value in `storage`.
 ///
 /// # Safety
